@@ -1,0 +1,84 @@
+/* flash3 C ABI: stable, versioned, never throws.
+ *
+ * Every entry point returns a flash3_status; on failure flash3_last_error()
+ * gives a message (thread-local, valid until the next flash3 call on the
+ * same thread) that names the argument, what was expected and what was given.
+ *
+ * Tensors are (batch, seqlen, heads, headdim) with strides in elements; the
+ * headdim stride must be 1. K and V may have fewer heads than Q (GQA/MQA).
+ */
+#ifndef FLASH3_FLASH3_H_
+#define FLASH3_FLASH3_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FLASH3_API __declspec(dllexport)
+#else
+#define FLASH3_API __attribute__((visibility("default")))
+#endif
+
+/* Bumped when a struct gains fields; old callers keep working because every
+ * struct starts with its size and new fields are appended. */
+#define FLASH3_ABI_VERSION 1
+
+typedef enum flash3_status {
+  FLASH3_OK = 0,
+  FLASH3_ERROR_INVALID_ARGUMENT = 1, /* the caller passed something wrong */
+  FLASH3_ERROR_UNSUPPORTED = 2,      /* valid, but not built or not supported (dtype, head dim, GPU) */
+  FLASH3_ERROR_CUDA = 3,             /* a CUDA runtime call failed */
+  FLASH3_ERROR_INTERNAL = 4          /* a bug in flash3 */
+} flash3_status;
+
+typedef enum flash3_dtype {
+  FLASH3_DTYPE_FLOAT16 = 0,
+  FLASH3_DTYPE_BFLOAT16 = 1
+} flash3_dtype;
+
+/* A 4-d tensor (batch, seqlen, heads, headdim); strides in elements. */
+typedef struct flash3_tensor {
+  void* data;
+  int64_t stride[4];
+} flash3_tensor;
+
+typedef struct flash3_fwd_params {
+  uint64_t struct_size; /* sizeof(flash3_fwd_params) as the caller compiled it */
+  flash3_tensor q;      /* (batch, seqlen_q, num_heads_q, head_dim) */
+  flash3_tensor k;      /* (batch, seqlen_k, num_heads_kv, head_dim) */
+  flash3_tensor v;      /* (batch, seqlen_k, num_heads_kv, head_dim) */
+  flash3_tensor out;    /* (batch, seqlen_q, num_heads_q, head_dim), same dtype as q */
+  float* lse;           /* optional (NULL): (batch, num_heads_q, seqlen_q) fp32, contiguous, natural log */
+  int32_t dtype;        /* flash3_dtype of q, k, v and out */
+  int32_t batch;
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t num_heads_q;
+  int32_t num_heads_kv;
+  int32_t head_dim;
+  float softmax_scale;  /* 0 selects 1/sqrt(head_dim) */
+  int32_t causal;       /* nonzero: causal mask aligned to the bottom-right corner */
+} flash3_fwd_params;
+
+/* Fills *params with defaults (struct_size set, everything else zero). */
+FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params);
+
+/* Attention forward on `stream` (a cudaStream_t; NULL is the legacy default
+ * stream). Asynchronous: no host synchronization, no allocation. */
+FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream);
+
+FLASH3_API const char* flash3_last_error(void);
+FLASH3_API int flash3_abi_version(void);
+FLASH3_API const char* flash3_version(void);
+/* Compiled configurations, e.g. "dtypes=bf16,fp16 head_dims=64,128,256 arch=sm_90a". */
+FLASH3_API const char* flash3_build_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASH3_FLASH3_H_ */

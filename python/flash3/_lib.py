@@ -1,0 +1,274 @@
+"""ctypes binding to the flash3 C ABI (include/flash3/flash3.h).
+
+Deliberately torch-free: the C ABI tests and `python -m flash3.info` run
+without torch, and the same libflash3.so serves any torch version.
+"""
+
+import ctypes
+import enum
+import os
+import pathlib
+import struct
+import threading
+
+# Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
+ABI_VERSION = 1
+
+_LIBRARY_NAME = "libflash3.so"
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+
+
+class Status(enum.IntEnum):
+    """flash3_status."""
+
+    OK = 0
+    INVALID_ARGUMENT = 1
+    UNSUPPORTED = 2
+    CUDA = 3
+    INTERNAL = 4
+
+
+class DType(enum.IntEnum):
+    """flash3_dtype."""
+
+    FLOAT16 = 0
+    BFLOAT16 = 1
+
+
+class Flash3Error(RuntimeError):
+    """A flash3 call failed. `status` is the Status, `message` the library's text."""
+
+    def __init__(self, status, message):
+        self.status = Status(status) if status in Status._value2member_map_ else status
+        self.message = message
+        super().__init__(message)
+
+
+class Flash3InvalidArgument(Flash3Error, ValueError):
+    """The caller passed something wrong (FLASH3_ERROR_INVALID_ARGUMENT)."""
+
+
+class Flash3Unsupported(Flash3Error):
+    """Valid, but not built or not supported here (dtype, head dim, GPU)."""
+
+
+class Flash3CudaError(Flash3Error):
+    """A CUDA runtime call inside flash3 failed."""
+
+
+class Flash3LibraryNotFound(Flash3Error, OSError):
+    """libflash3.so could not be found or loaded."""
+
+
+_ERROR_CLASSES = {
+    Status.INVALID_ARGUMENT: Flash3InvalidArgument,
+    Status.UNSUPPORTED: Flash3Unsupported,
+    Status.CUDA: Flash3CudaError,
+}
+
+
+class Tensor(ctypes.Structure):
+    """flash3_tensor: (batch, seqlen, heads, headdim), strides in elements."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("stride", ctypes.c_int64 * 4),
+    ]
+
+
+class FwdParams(ctypes.Structure):
+    """flash3_fwd_params, field for field (same order, same C types)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("num_heads_q", ctypes.c_int32),
+        ("num_heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(FwdParams), **fields)
+
+
+# The hot path fills FwdParams with one struct.pack_into call instead of ~30
+# ctypes attribute stores (each a few hundred ns; nested-struct access also
+# allocates a proxy object). Layout: struct_size, then q, k, v, out as
+# (pointer, 4 x int64), then the lse pointer, then the scalars. Native
+# alignment ('@') reproduces the C layout; checked against FwdParams below.
+_FWD_PACKER = struct.Struct("@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i")
+
+
+def _check_packer_layout():
+    # calcsize has no tail padding; everything before it must line up exactly.
+    last = FwdParams.causal
+    if _FWD_PACKER.size != last.offset + last.size:
+        raise ImportError(
+            f"flash3: internal layout mismatch: packer {_FWD_PACKER.size} bytes, "
+            f"flash3_fwd_params ends its fields at {last.offset + last.size}"
+        )
+
+
+_check_packer_layout()
+
+
+def find_library():
+    """Path of libflash3.so, or None. Order: $FLASH3_LIBRARY, the package
+    directory (where `pip install .` puts it), then <repo>/build/ for a
+    source checkout used in place."""
+    env = os.environ.get("FLASH3_LIBRARY")
+    if env:
+        return pathlib.Path(env)  # explicit choice: no silent fallback
+    for candidate in (
+        _PACKAGE_DIR / _LIBRARY_NAME,
+        _PACKAGE_DIR.parent.parent / "build" / _LIBRARY_NAME,
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _declare(lib):
+    lib.flash3_fwd_params_init.argtypes = [ctypes.POINTER(FwdParams)]
+    lib.flash3_fwd_params_init.restype = None
+    # params passed as a plain address: cheaper per call than byref() checks.
+    lib.flash3_fwd.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.flash3_fwd.restype = ctypes.c_int
+    lib.flash3_last_error.argtypes = []
+    lib.flash3_last_error.restype = ctypes.c_char_p
+    lib.flash3_abi_version.argtypes = []
+    lib.flash3_abi_version.restype = ctypes.c_int
+    lib.flash3_version.argtypes = []
+    lib.flash3_version.restype = ctypes.c_char_p
+    lib.flash3_build_info.argtypes = []
+    lib.flash3_build_info.restype = ctypes.c_char_p
+
+
+def library():
+    """The loaded libflash3 (ctypes.CDLL), loaded once."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = find_library()
+            if path is None:
+                raise Flash3LibraryNotFound(
+                    Status.INTERNAL,
+                    f"flash3: {_LIBRARY_NAME} not found; set FLASH3_LIBRARY to its path, "
+                    f"install the package (pip install .), or build it into "
+                    f"{_PACKAGE_DIR.parent.parent / 'build'}",
+                )
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as e:
+                raise Flash3LibraryNotFound(
+                    Status.INTERNAL, f"flash3: cannot load {path}: {e}"
+                ) from e
+            _declare(lib)
+            abi = lib.flash3_abi_version()
+            if abi != ABI_VERSION:
+                raise Flash3LibraryNotFound(
+                    Status.INTERNAL,
+                    f"flash3: {path} has ABI version {abi}; this Python package "
+                    f"expects {ABI_VERSION}",
+                )
+            _lib_path = path
+            _lib = lib
+    return _lib
+
+
+def library_path():
+    """Path of the loaded library (loads it if needed)."""
+    library()
+    return _lib_path
+
+
+def last_error():
+    return library().flash3_last_error().decode("utf-8", "replace")
+
+
+def raise_for_status(status):
+    """Raise the Flash3Error subclass for a non-OK status, with the library's message."""
+    if status == Status.OK:
+        return
+    message = last_error()
+    raise _ERROR_CLASSES.get(status, Flash3Error)(status, message)
+
+
+def version():
+    return library().flash3_version().decode()
+
+
+def abi_version():
+    return library().flash3_abi_version()
+
+
+def build_info():
+    return library().flash3_build_info().decode()
+
+
+def params_init():
+    """A FwdParams filled by the library's own flash3_fwd_params_init."""
+    params = FwdParams()
+    library().flash3_fwd_params_init(ctypes.byref(params))
+    return params
+
+
+def fwd(params, stream=None):
+    """flash3_fwd on a FwdParams; raises Flash3Error on failure."""
+    raise_for_status(library().flash3_fwd(ctypes.addressof(params), stream))
+
+
+class FwdLauncher:
+    """Fast path for repeated flash3_fwd calls: one reusable FwdParams per
+    thread, filled with a single struct.pack_into, and a cached C function.
+    flash3_fwd reads params only during the call, so reuse is safe."""
+
+    def __init__(self):
+        lib = library()
+        self._fwd = lib.flash3_fwd
+        self._local = threading.local()
+        self._size = ctypes.sizeof(FwdParams)
+
+    def _params(self):
+        """(FwdParams, its address) for this thread."""
+        cached = getattr(self._local, "params", None)
+        if cached is None:
+            params = FwdParams()
+            cached = self._local.params = (params, ctypes.addressof(params))
+        return cached
+
+    def __call__(self, stream, fields):
+        """`fields`: the values of FwdParams after struct_size, in order, with
+        each tensor flattened to (data, stride0, stride1, stride2, stride3)
+        and lse as an address (0 for NULL)."""
+        params, address = self._params()
+        try:
+            _FWD_PACKER.pack_into(params, 0, self._size, *fields)
+        except struct.error as e:
+            # A size or stride that does not fit the ABI's int32/int64 fields.
+            raise Flash3InvalidArgument(
+                Status.INVALID_ARGUMENT,
+                f"flash3: a size or stride does not fit the C ABI (sizes are int32, strides "
+                f"int64): {e}; sizes (batch, seqlen_q, seqlen_k, num_heads_q, num_heads_kv, "
+                f"head_dim) = {tuple(fields[22:28])}",
+            ) from None
+        status = self._fwd(address, stream)
+        if status:
+            raise_for_status(status)

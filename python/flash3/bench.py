@@ -1,0 +1,355 @@
+"""`python -m flash3.bench`: forward TFLOP/s of flash3 against torch SDPA's
+cuDNN and FlashAttention-2 backends on the training shapes of DESIGN.md 4.
+
+Every backend is timed in the same process on the same inputs, through the
+call a user would make (flash3.flash_attn_func; F.scaled_dot_product_attention
+on (b, h, s, d) views), so host overhead is included. Absolute numbers drift
+between runs; the ratios within one run are what to compare.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import pathlib
+import statistics
+import subprocess
+import sys
+
+HIDDEN = 2048          # h = HIDDEN / d
+TOKENS = 16384         # b * s
+DEFAULT_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+DEFAULT_HDIMS = (64, 128, 256)
+QUICK_SEQLENS = (1024, 8192)
+BACKENDS = ("flash3", "cudnn", "fa2")
+# --check: max |flash3 - SDPA| allowed. Both sides round to the output dtype
+# (bf16 eps 2^-8, fp16 2^-11) and the outputs are O(1) for N(0, 1) inputs, so a
+# few output ulps; anything wrong (masking, scaling, a missed tile) is far larger.
+CHECK_TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m flash3.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    p.add_argument("--hdims", type=_int_list, default=None, help="comma list, default 64,128,256")
+    p.add_argument("--seqlens", type=_int_list, default=None,
+                   help="comma list, default 512,...,16384 (batch = 16384 / seqlen)")
+    p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    p.add_argument("--json", default="bench.json", metavar="FILE", help="results (default bench.json)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="TFLOP/s vs seqlen plot")
+    p.add_argument("--quick", action="store_true", help="few shapes, shorter timing")
+    p.add_argument("--check", action="store_true",
+                   help="compare flash3 with SDPA's output on each shape before timing")
+    p.add_argument("--overhead", action="store_true",
+                   help="only measure host overhead: wall time per call of a tiny attention")
+    args = p.parse_args(argv)
+    args.hdims = args.hdims or DEFAULT_HDIMS
+    args.seqlens = args.seqlens or (QUICK_SEQLENS if args.quick else DEFAULT_SEQLENS)
+    for s in args.seqlens:
+        if s <= 0 or TOKENS % s:
+            p.error(f"--seqlens: each must divide {TOKENS} (batch = {TOKENS} / seqlen); got {s}")
+    for d in args.hdims:
+        if d <= 0 or HIDDEN % d:
+            p.error(f"--hdims: each must divide {HIDDEN} (heads = {HIDDEN} / hdim); got {d}")
+    return args
+
+
+def _int_list(text):
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def forward_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal):
+    flops = 4 * batch * heads * seqlen_q * seqlen_k * head_dim
+    # Count only unmasked scores; the exact count for sq == sk is n(n+1)/2,
+    # DESIGN.md rounds it to half.
+    return flops // 2 if causal and seqlen_q == seqlen_k else flops
+
+
+def training_shapes(hdims, seqlens, causal_modes):
+    for head_dim in hdims:
+        for causal in causal_modes:
+            for seqlen in seqlens:
+                yield dict(head_dim=head_dim, causal=causal, seqlen=seqlen,
+                           batch=TOKENS // seqlen, heads=HIDDEN // head_dim)
+
+
+def _make_timer(torch, quick):
+    """(name, time_ms(fn)) with the median of many runs after warm-up."""
+    warmup_ms, rep_ms = (10, 40) if quick else (25, 100)
+    try:
+        from triton.testing import do_bench
+    except ImportError:
+        do_bench = None
+    if do_bench is not None:
+        return "triton.testing.do_bench median", lambda fn: do_bench(
+            fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+
+    def cuda_events(fn):
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        once_ms = max(start.elapsed_time(end), 1e-3)
+        for _ in range(max(1, int(warmup_ms / once_ms))):
+            fn()
+        times = []
+        for _ in range(max(10, int(rep_ms / once_ms))):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+
+    return "CUDA events median", cuda_events
+
+
+def _backend_calls(torch, q, k, v, causal):
+    """name -> (context manager factory, fn) for the public call of each backend."""
+    import contextlib
+
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import flash3
+
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA wants (b, h, s, d)
+    sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+    return {
+        "flash3": (contextlib.nullcontext, lambda: flash3.flash_attn_func(q, k, v, causal=causal)),
+        "cudnn": (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION), sdpa),
+        "fa2": (lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION), sdpa),
+    }
+
+
+def _sdpa_out_layout(out):
+    return out.transpose(1, 2)  # back to (b, s, h, d)
+
+
+class _ErrorLog:
+    """Prints each backend's first failure once, so 'n/a' is explained without flooding."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def __call__(self, backend, error):
+        if backend not in self.seen:
+            self.seen.add(backend)
+            print(f"note: {backend} failed ({type(error).__name__}: {error}); "
+                  f"further failures show as n/a", file=sys.stderr, flush=True)
+
+
+def _check(torch, calls, dtype_name, log):
+    """max |flash3 - reference backend| and whether it passes, or None if not comparable."""
+    try:
+        context, fn = calls["flash3"]
+        with context():
+            got = fn().float()
+    except Exception as e:  # noqa: BLE001 - report and continue
+        log("flash3", e)
+        return None
+    for name in ("cudnn", "fa2"):
+        try:
+            context, fn = calls[name]
+            with context():
+                want = _sdpa_out_layout(fn()).float()
+            break
+        except Exception:  # noqa: BLE001 - try the next backend
+            continue
+    else:
+        return None
+    finite = bool(torch.isfinite(got).all())
+    diff = float((got - want).abs().max()) if finite else math.inf
+    return {"against": name, "max_abs_diff": diff,
+            "ok": finite and diff <= CHECK_TOLERANCE[dtype_name]}
+
+
+def _format_row(shape, tflops, check):
+    cells = [f"{shape['head_dim']:>4}", f"{'yes' if shape['causal'] else 'no':>6}",
+             f"{shape['seqlen']:>6}", f"{shape['batch']:>5}", f"{shape['heads']:>5}", "|"]
+    for name in BACKENDS:
+        value = tflops.get(name)
+        cells.append(f"{value:>7.1f}" if value is not None else f"{'n/a':>7}")
+    ratio = (tflops["flash3"] / tflops["cudnn"]
+             if tflops.get("flash3") and tflops.get("cudnn") else None)
+    cells += ["|", f"{ratio:>11.3f}x" if ratio is not None else f"{'n/a':>12}"]
+    if check is not None:
+        cells.append(f"  {'ok' if check['ok'] else 'CHECK FAILED'} "
+                     f"({check['max_abs_diff']:.1e} vs {check['against']})")
+    return " ".join(cells)
+
+
+_HEADER = (f"{'hdim':>4} {'causal':>6} {'seqlen':>6} {'batch':>5} {'heads':>5} | "
+           f"{'flash3':>7} {'cudnn':>7} {'fa2':>7} | {'flash3/cudnn':>12}")
+
+
+def _git_sha():
+    root = pathlib.Path(__file__).resolve().parent.parent.parent
+    try:
+        return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _environment(torch, timer_name, dtype_name):
+    import flash3
+    from . import _lib
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        library = {"version": _lib.version(), "build_info": _lib.build_info(),
+                   "path": str(_lib.library_path())}
+    except _lib.Flash3Error as e:
+        library = {"error": str(e)}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_sha": _git_sha(),
+        "device": props.name,
+        "capability": f"sm_{props.major}{props.minor}",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "flash3": flash3.__version__,
+        "library": library,
+        "dtype": dtype_name,
+        "timer": timer_name,
+        "flops": "4*b*h*sq*sk*d, halved for causal with sq == sk",
+    }
+
+
+def measure_overhead(args, calls_per_backend=2000):
+    """Wall-clock microseconds per back-to-back call of a tiny attention (one
+    query, 128 keys, one head): the GPU work is a few us, so this is the host
+    path of each public call (DESIGN.md 4 quotes SDPA at 33-40 us)."""
+    import time
+
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    q = torch.randn(1, 1, 1, 128, dtype=dtype, device="cuda")
+    k, v = (torch.randn(1, 128, 1, 128, dtype=dtype, device="cuda") for _ in range(2))
+    print(f"host overhead, {args.dtype}, q (1, 1, 1, 128), k/v (1, 128, 1, 128): us per call",
+          flush=True)
+    log = _ErrorLog()
+    results = {}
+    for name, (context, fn) in _backend_calls(torch, q, k, v, False).items():
+        try:
+            with context():
+                for _ in range(100):
+                    fn()
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(calls_per_backend):
+                    fn()
+                torch.cuda.synchronize()
+                results[name] = (time.perf_counter() - start) / calls_per_backend * 1e6
+        except Exception as e:  # noqa: BLE001 - report and continue
+            log(name, e)
+            results[name] = None
+        value = results[name]
+        print(f"{name:>7}: {value:8.1f}" if value is not None else f"{name:>7}:      n/a", flush=True)
+    return 0
+
+
+def run(args):
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    timer_name, time_ms = _make_timer(torch, args.quick)
+    env = _environment(torch, timer_name, args.dtype)
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        print(f"warning: flash3 needs an NVIDIA Hopper GPU (sm_90); found {env['device']} "
+              f"(sm_{major}{minor}): flash3 will show n/a", file=sys.stderr, flush=True)
+    print(f"flash3 bench: {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
+          f"cuDNN {env['cudnn']}, {timer_name}; TFLOP/s", flush=True)
+    print(_HEADER, flush=True)
+
+    causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    log = _ErrorLog()
+    results, failed_checks = [], 0
+    for shape in training_shapes(args.hdims, args.seqlens, causal_modes):
+        b, s, h, d = shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"]
+        q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda") for _ in range(3))
+        calls = _backend_calls(torch, q, k, v, shape["causal"])
+        check = _check(torch, calls, args.dtype, log) if args.check else None
+        if check is not None and not check["ok"]:
+            failed_checks += 1
+        flops = forward_flops(b, h, s, s, d, shape["causal"])
+        ms, tflops = {}, {}
+        for name, (context, fn) in calls.items():
+            try:
+                with context():
+                    ms[name] = time_ms(fn)
+                tflops[name] = flops / (ms[name] * 1e-3) / 1e12
+            except Exception as e:  # noqa: BLE001 - a backend may not support a shape
+                log(name, e)
+                ms[name] = tflops[name] = None
+        print(_format_row(shape, tflops, check), flush=True)
+        results.append({**shape, "flops": flops, "ms": ms, "tflops": tflops, "check": check})
+        del q, k, v, calls
+
+    with open(args.json, "w") as f:
+        json.dump({"environment": env, "results": results}, f, indent=1)
+    print(f"wrote {args.json}", flush=True)
+    if args.plot:
+        plot(results, args.plot, f"{env['device']}, {args.dtype}")
+        print(f"wrote {args.plot}", flush=True)
+    if failed_checks:
+        print(f"{failed_checks} shape(s) failed --check", file=sys.stderr)
+        return 1
+    return 0
+
+
+def plot(results, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hdims = sorted({r["head_dim"] for r in results})
+    causals = sorted({r["causal"] for r in results})
+    fig, axes = plt.subplots(len(hdims), len(causals), squeeze=False,
+                             figsize=(5 * len(causals), 3.5 * len(hdims)))
+    for i, d in enumerate(hdims):
+        for j, causal in enumerate(causals):
+            ax = axes[i][j]
+            rows = sorted((r for r in results if r["head_dim"] == d and r["causal"] == causal),
+                          key=lambda r: r["seqlen"])
+            for name in BACKENDS:
+                points = [(r["seqlen"], r["tflops"][name]) for r in rows
+                          if r["tflops"].get(name) is not None]
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"hdim {d}, {'causal' if causal else 'not causal'}")
+            ax.set_xlabel("seqlen (batch = 16384 / seqlen)")
+            ax.set_ylabel("TFLOP/s")
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+    fig.suptitle(f"forward, {title}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("flash3.bench needs torch (and an NVIDIA Hopper GPU); torch is not installed",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("flash3.bench needs an NVIDIA Hopper GPU; no CUDA device found", file=sys.stderr)
+        return 2
+    return measure_overhead(args) if args.overhead else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

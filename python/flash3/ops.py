@@ -1,0 +1,222 @@
+"""PyTorch entry points: the `flash3::fwd` custom op and flash_attn_func.
+
+Division of labour (DESIGN.md section 1): the C library validates everything
+it can see (head dim, head divisibility, strides, alignment, GPU). This
+module checks only what the C ABI cannot see or express: that tensors are
+CUDA tensors on one device, that the dtype is one the ABI has, that q, k and
+v agree on dtype, and that their shapes agree where the ABI carries a single
+value (batch, head_dim, k vs v).
+
+Host overhead matters (the goal is < 20 us per call from Python), so the
+eager path avoids torch's dispatcher when nothing needs it; see
+_can_skip_dispatcher.
+"""
+
+from typing import Optional
+
+import torch
+
+from . import _lib
+
+_ABI_DTYPE = {
+    torch.float16: _lib.DType.FLOAT16,
+    torch.bfloat16: _lib.DType.BFLOAT16,
+}
+_FLOAT32 = torch.float32
+_CONTIGUOUS = torch.contiguous_format
+
+
+def _invalid(message):
+    return _lib.Flash3InvalidArgument(_lib.Status.INVALID_ARGUMENT, message)
+
+
+def _inputs_ok(q, k, v):
+    """True when _check_inputs(need_cuda=True) would pass; one cheap expression
+    for the hot path (a few us less than the checks that build messages)."""
+    qs, ks = q.shape, k.shape
+    device = q.get_device()
+    return (
+        q.is_cuda and k.is_cuda and v.is_cuda
+        and k.get_device() == device and v.get_device() == device
+        and q.dtype in _ABI_DTYPE and k.dtype == q.dtype and v.dtype == q.dtype
+        and len(qs) == 4 and len(ks) == 4 and v.shape == ks
+        and ks[0] == qs[0] and ks[3] == qs[3]
+    )
+
+
+def _check_inputs(q, k, v, need_cuda):
+    """Torch-side checks with messages; `need_cuda` is False for fake/meta tracing."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise _invalid(
+                f"{name}: must be 4-d (batch, seqlen, heads, headdim); "
+                f"got shape {tuple(t.shape)}"
+            )
+    if need_cuda and q.device.type != "cuda":
+        raise _invalid(f"q: must be a CUDA tensor; got device {q.device}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
+    if q.dtype not in _ABI_DTYPE:
+        raise _invalid(f"q: dtype must be torch.float16 or torch.bfloat16; got {q.dtype}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
+    # The ABI has one batch and one head_dim, and one (seqlen_k, heads_kv) for k and v.
+    if k.shape[0] != q.shape[0]:
+        raise _invalid(f"k: batch must equal q's ({q.shape[0]}); got {k.shape[0]}")
+    if k.shape[3] != q.shape[3]:
+        raise _invalid(f"k: head_dim must equal q's ({q.shape[3]}); got {k.shape[3]}")
+    if v.shape != k.shape:
+        raise _invalid(f"v: shape must equal k's {tuple(k.shape)}; got {tuple(v.shape)}")
+
+
+def _abi_scale(softmax_scale):
+    # The ABI reserves 0 for "default"; an explicit 0 would silently change meaning.
+    if softmax_scale is None:
+        return 0.0
+    if softmax_scale == 0:
+        raise _invalid(
+            "softmax_scale: must be nonzero (None selects 1/sqrt(head_dim)); got 0.0"
+        )
+    return float(softmax_scale)
+
+
+def _public_or_private(private_name, public):
+    # torch.cuda.current_stream() builds a Stream object per call and
+    # current_device() goes through Python wrappers (microseconds each); the
+    # raw torch._C getters return plain ints. Fall back if they ever move.
+    return getattr(torch._C, private_name, None) or public
+
+
+_raw_stream = _public_or_private(
+    "_cuda_getCurrentRawStream", lambda index: torch.cuda.current_stream(index).cuda_stream)
+_current_device = _public_or_private("_cuda_getDevice", lambda: torch.cuda.current_device())
+_launcher = None
+
+
+def _launch(q, k, v, out, lse, softmax_scale, causal):
+    """flash3_fwd into caller-provided out/lse (lse may be None), on the
+    current stream of q's device. The op below uses it; tests call it
+    directly with NaN-poisoned buffers."""
+    global _launcher
+    if _launcher is None:
+        _launcher = _lib.FwdLauncher()
+    batch, seqlen_q, num_heads_q, head_dim = q.shape
+    _, seqlen_k, num_heads_kv, _ = k.shape
+    device = q.get_device()
+    # Field order of flash3_fwd_params after struct_size.
+    fields = (
+        q.data_ptr(), *q.stride(),
+        k.data_ptr(), *k.stride(),
+        v.data_ptr(), *v.stride(),
+        out.data_ptr(), *out.stride(),
+        0 if lse is None else lse.data_ptr(),
+        _ABI_DTYPE[q.dtype], batch, seqlen_q, seqlen_k, num_heads_q, num_heads_kv, head_dim,
+        _abi_scale(softmax_scale), 1 if causal else 0,
+    )
+    # The library launches on the current device; the stream must belong to it.
+    if device == _current_device():
+        _launcher(_raw_stream(device), fields)
+    else:
+        with torch.cuda.device(device):
+            _launcher(_raw_stream(device), fields)
+
+
+def _forward(q, k, v, softmax_scale, causal):
+    """The eager implementation: check, allocate out and lse, launch."""
+    if not _inputs_ok(q, k, v):
+        _check_inputs(q, k, v, need_cuda=True)  # raises with the precise message
+    batch, seqlen_q, num_heads_q, _ = q.shape
+    # empty_like and new_empty parse fewer arguments than torch.empty (~3 us less).
+    out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
+    _launch(q, k, v, out, lse, softmax_scale, causal)
+    return out, lse
+
+
+@torch.library.custom_op("flash3::fwd", mutates_args=())
+def fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: Optional[float],
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward. q (b, sq, hq, d); k, v (b, sk, hkv, d).
+    Returns out (b, sq, hq, d) contiguous in q's dtype and lse (b, hq, sq) fp32."""
+    return _forward(q, k, v, softmax_scale, causal)
+
+
+@fwd.register_fake
+def _fwd_fake(q, k, v, softmax_scale, causal):
+    _check_inputs(q, k, v, need_cuda=False)
+    _abi_scale(softmax_scale)
+    batch, seqlen_q, num_heads_q, _ = q.shape
+    out = q.new_empty(q.shape)
+    lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
+    return out, lse
+
+
+# The OpOverload skips CustomOpDef.__call__'s extra Python layer.
+_fwd_op = torch.ops.flash3.fwd.default
+
+
+def _dispatcher_probes():
+    names = ("_len_torch_dispatch_stack", "_are_functorch_transforms_active",
+             "_is_torch_function_mode_enabled")
+    probes = tuple(getattr(torch._C, name, None) for name in names)
+    probes += (getattr(torch.autograd, "_profiler_enabled", None),
+               getattr(torch._C, "_get_tracing_state", None))
+    return probes if all(probes) else None
+
+
+_probes = _dispatcher_probes()
+_is_compiling = torch.compiler.is_compiling
+_Tensor = torch.Tensor
+
+
+def _can_skip_dispatcher(q, k, v):
+    """Whether calling _forward directly is what the dispatcher would do.
+
+    Going through the custom op costs ~15-20 us of host time per call
+    (measured on the H200 machine). The op is still used whenever anything
+    could intercept it: torch.compile/dynamo tracing, tensor subclasses
+    (FakeTensor, DTensor), TorchDispatchMode/TorchFunctionMode, functorch
+    transforms (vmap, grad), non-CUDA tensors (meta goes to the fake),
+    inputs that require grad (the autograd registration, when it lands),
+    torch.jit tracing, and a running torch.profiler (so traces show
+    flash3::fwd by name).
+    If torch moves the private probes, every call takes the op path.
+    """
+    if _probes is None or _is_compiling():
+        return False
+    dispatch_stack_len, functorch_active, function_mode, profiling, jit_tracing = _probes
+    return (
+        type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+        and q.is_cuda
+        and not dispatch_stack_len() and not functorch_active() and not function_mode()
+        and not profiling() and jit_tracing() is None
+        and not (torch.is_grad_enabled()
+                 and (q.requires_grad or k.requires_grad or v.requires_grad))
+    )
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False):
+    """Exact attention softmax(q k^T * scale) v.
+
+    q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv,
+    head_dim), float16 or bfloat16 CUDA tensors, last dim contiguous, other
+    strides arbitrary; heads_q % heads_kv == 0 (GQA/MQA: query head i uses
+    key/value head i // (heads_q // heads_kv)).
+    softmax_scale: None for 1/sqrt(head_dim).
+    causal: mask aligned to the bottom-right corner (query i sees key j iff
+    j <= i + seqlen_k - seqlen_q); rows that see no key give 0 and lse -inf.
+    Returns out (contiguous, q's dtype), or (out, lse) with lse (batch,
+    heads_q, seqlen_q) fp32 natural log when return_lse is true.
+    """
+    if _can_skip_dispatcher(q, k, v):
+        out, lse = _forward(q, k, v, softmax_scale, causal)
+    else:
+        out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal))
+    return (out, lse) if return_lse else out

@@ -1,0 +1,85 @@
+"""The one reference attention for all flash3 tests and checks (DESIGN.md 1, 3).
+
+Layout as everywhere in flash3: (batch, seqlen, heads, headdim). Written for
+clarity, not speed: it materializes the (batch, heads, seqlen_q, seqlen_k)
+score matrix.
+"""
+
+import contextlib
+import math
+
+import torch
+
+
+def causal_mask(seqlen_q, seqlen_k, device):
+    """Bool (seqlen_q, seqlen_k), True where query i may see key j: the
+    bottom-right aligned causal mask, j <= i + seqlen_k - seqlen_q."""
+    i = torch.arange(seqlen_q, device=device).unsqueeze(1)
+    j = torch.arange(seqlen_k, device=device).unsqueeze(0)
+    return j <= i + (seqlen_k - seqlen_q)
+
+
+@contextlib.contextmanager
+def _ieee_fp32_matmul():
+    # TF32 (10-bit mantissa) would make an "fp32" reference less accurate than
+    # the bf16 kernel it judges; force full fp32 matmuls while the reference runs.
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
+def _repeat_kv(x, num_heads_q):
+    # Query head h uses key/value head h // (num_heads_q // num_heads_kv).
+    num_heads_kv = x.shape[2]
+    if num_heads_q % num_heads_kv:
+        raise ValueError(
+            f"num_heads_q ({num_heads_q}) must be a multiple of num_heads_kv ({num_heads_kv})"
+        )
+    return x.repeat_interleave(num_heads_q // num_heads_kv, dim=2)
+
+
+def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
+                  compute_dtype=torch.float32):
+    """Reference attention. Returns (out, lse).
+
+    q: (b, sq, hq, d); k, v: (b, sk, hkv, d) with hq % hkv == 0.
+    upcast=True: computed in `compute_dtype` (float32, or float64 where
+    cheap); out is returned in compute_dtype, lse (b, hq, sq) too.
+    upcast=False: computed in the inputs' dtype the way a plain PyTorch
+    program would (bf16/fp16 matmuls, softmax on low-precision scores), to
+    calibrate the rounding error a correct kernel may have (DESIGN.md 3);
+    out in the input dtype, lse converted to float32 from the low-precision
+    logsumexp.
+    Rows that see no key (causal with sq > sk, or sk == 0): out 0, lse -inf.
+    """
+    batch, seqlen_q, num_heads_q, head_dim = q.shape
+    seqlen_k = k.shape[1]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+    dtype = compute_dtype if upcast else q.dtype
+    # (b, h, s, d) so that matmul batches over (b, h).
+    qh = q.to(dtype).transpose(1, 2)
+    kh = _repeat_kv(k.to(dtype), num_heads_q).transpose(1, 2)
+    vh = _repeat_kv(v.to(dtype), num_heads_q).transpose(1, 2)
+
+    with _ieee_fp32_matmul():
+        scores = torch.matmul(qh, kh.transpose(-2, -1)) * softmax_scale
+        if causal:
+            visible = causal_mask(seqlen_q, seqlen_k, q.device)
+            scores = scores.masked_fill(~visible, float("-inf"))
+        # logsumexp of an all -inf row is -inf, which is the LSE we want there.
+        lse = torch.logsumexp(scores, dim=-1)
+        row_empty = torch.isneginf(lse).unsqueeze(-1)
+        if upcast:
+            # exp(s - lse) with the lse of empty rows replaced by 0 gives
+            # exp(-inf) = 0 there instead of exp(nan).
+            probs = torch.exp(scores - lse.unsqueeze(-1).masked_fill(row_empty, 0.0))
+        else:
+            # What a plain program writes; softmax of an all -inf row is NaN.
+            probs = torch.softmax(scores, dim=-1).masked_fill(row_empty, 0.0)
+        out = torch.matmul(probs, vh)
+    out = out.transpose(1, 2).contiguous()
+    return out, (lse if upcast else lse.float())

@@ -1,0 +1,109 @@
+// The extern "C" surface of flash3.h: checks what only the C side can get
+// wrong (NULL params, struct_size), converts, and calls flash3::forward.
+#include <cstddef>
+#include <cstring>
+
+#include "flash3/flash3.h"
+#include "flash3/flash3.hpp"
+#include "last_error.hpp"
+
+namespace {
+
+using flash3::host::cat;
+using flash3::host::CheckResult;
+
+// Size of flash3_fwd_params in ABI v1. Frozen: later versions append fields,
+// and callers compiled against v1 keep passing this size.
+constexpr uint64_t kFwdParamsSizeV1 = 216;
+static_assert(FLASH3_ABI_VERSION != 1 || sizeof(flash3_fwd_params) == kFwdParamsSizeV1,
+              "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep v1 callers working");
+
+// The C and C++ enums are the same numbers, so conversions are casts.
+static_assert(FLASH3_OK == static_cast<int>(flash3::Status::kOk));
+static_assert(FLASH3_ERROR_INVALID_ARGUMENT == static_cast<int>(flash3::Status::kInvalidArgument));
+static_assert(FLASH3_ERROR_UNSUPPORTED == static_cast<int>(flash3::Status::kUnsupported));
+static_assert(FLASH3_ERROR_CUDA == static_cast<int>(flash3::Status::kCudaError));
+static_assert(FLASH3_ERROR_INTERNAL == static_cast<int>(flash3::Status::kInternal));
+static_assert(FLASH3_DTYPE_FLOAT16 == static_cast<int>(flash3::DType::kFloat16));
+static_assert(FLASH3_DTYPE_BFLOAT16 == static_cast<int>(flash3::DType::kBFloat16));
+
+flash3_status fail(flash3::Status status, const std::string& message) {
+  return static_cast<flash3_status>(flash3::host::record(CheckResult::fail(status, message)));
+}
+
+flash3::Tensor4d to_cpp(const flash3_tensor& t) {
+  flash3::Tensor4d out;
+  out.data = t.data;
+  for (int i = 0; i < 4; ++i) out.stride[i] = t.stride[i];
+  return out;
+}
+
+flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
+  flash3::ForwardParams out;
+  out.q = to_cpp(p.q);
+  out.k = to_cpp(p.k);
+  out.v = to_cpp(p.v);
+  out.out = to_cpp(p.out);
+  out.lse = p.lse;
+  out.dtype = static_cast<flash3::DType>(p.dtype);  // unknown values are rejected by validation
+  out.batch = p.batch;
+  out.seqlen_q = p.seqlen_q;
+  out.seqlen_k = p.seqlen_k;
+  out.heads_q = p.num_heads_q;
+  out.heads_kv = p.num_heads_kv;
+  out.head_dim = p.head_dim;
+  out.softmax_scale = p.softmax_scale;
+  out.causal = p.causal != 0;
+  return out;
+}
+
+flash3_status fwd(const flash3_fwd_params* params, void* stream) {
+  if (params == nullptr)
+    return fail(flash3::Status::kInvalidArgument,
+                "params: expected a pointer to flash3_fwd_params; got NULL");
+  const uint64_t size = params->struct_size;
+  if (size < kFwdParamsSizeV1)
+    return fail(flash3::Status::kInvalidArgument,
+                cat("params->struct_size: expected at least ", kFwdParamsSizeV1,
+                    " (sizeof(flash3_fwd_params) in ABI v1; call flash3_fwd_params_init); got ",
+                    size));
+  // A caller built against a newer header may pass a larger struct. Its extra
+  // fields are features this library does not know; ignoring them could give a
+  // silently wrong result, so they must be zero (their defaults).
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params);
+  for (uint64_t i = sizeof(flash3_fwd_params); i < size; ++i)
+    if (bytes[i] != 0)
+      return fail(flash3::Status::kUnsupported,
+                  cat("params->struct_size: ", size, " bytes, with fields set beyond the ",
+                      sizeof(flash3_fwd_params), " bytes this library knows (ABI v",
+                      FLASH3_ABI_VERSION, "); upgrade flash3 or leave the newer fields zero"));
+  flash3_fwd_params known{};
+  std::memcpy(&known, params, sizeof(known));
+  return static_cast<flash3_status>(flash3::forward(to_cpp(known), static_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace
+
+extern "C" {
+
+FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params) {
+  if (params == nullptr) return;
+  std::memset(params, 0, sizeof(*params));
+  params->struct_size = sizeof(*params);
+}
+
+FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream) {
+  try {
+    return fwd(params, stream);
+  } catch (...) {  // only message formatting can throw here (bad_alloc)
+    return static_cast<flash3_status>(
+        flash3::host::record(flash3::Status::kInternal, "flash3: out of host memory"));
+  }
+}
+
+FLASH3_API const char* flash3_last_error(void) { return flash3::last_error(); }
+FLASH3_API int flash3_abi_version(void) { return FLASH3_ABI_VERSION; }
+FLASH3_API const char* flash3_version(void) { return FLASH3_VERSION_STRING; }
+FLASH3_API const char* flash3_build_info(void) { return FLASH3_BUILD_INFO; }
+
+}  // extern "C"

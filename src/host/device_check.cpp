@@ -1,0 +1,102 @@
+#include "device_check.hpp"
+
+#include <mutex>
+
+namespace flash3::host {
+namespace {
+
+constexpr const char* kNeedsHopper = "flash3 needs an NVIDIA Hopper GPU (sm_90); found ";
+
+// Beyond this many devices the verdict is recomputed per call (still correct).
+constexpr int kMaxCachedDevices = 64;
+
+struct DeviceVerdict {
+  std::once_flag once;
+  CheckResult result;
+};
+DeviceVerdict g_verdicts[kMaxCachedDevices];
+
+CheckResult query_device(int device) {
+  int major = 0, minor = 0;
+  cudaError_t error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (error != cudaSuccess) return no_device(error);
+  if (major == 9 && minor == 0) return {};
+  cudaDeviceProp prop{};  // the name is needed only for the message
+  const char* name = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? prop.name : "unknown GPU";
+  return check_gpu_arch(name, major, minor);
+}
+
+const char* describe(cudaMemoryType type) {
+  switch (type) {
+    case cudaMemoryTypeUnregistered: return "host memory";
+    case cudaMemoryTypeHost: return "pinned host memory";
+    case cudaMemoryTypeDevice: return "device memory";
+    case cudaMemoryTypeManaged: return "managed memory";
+  }
+  return "memory of unknown type";
+}
+
+CheckResult check_pointer(const char* name, const void* pointer, int device) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t error = cudaPointerGetAttributes(&attributes, pointer);
+  if (error != cudaSuccess)
+    return CheckResult::fail(Status::kCudaError, cat(name, ": cudaPointerGetAttributes failed: ",
+                                                     cudaGetErrorString(error)));
+  return check_pointer_attributes(name, attributes, device);
+}
+
+}  // namespace
+
+CheckResult check_gpu_arch(const char* name, int major, int minor) {
+  if (major == 9 && minor == 0) return {};
+  return CheckResult::fail(Status::kUnsupported,
+                           cat(kNeedsHopper, name, " (sm_", major, minor, ")"));
+}
+
+CheckResult no_device(cudaError_t error) {
+  return CheckResult::fail(Status::kUnsupported,
+                           cat(kNeedsHopper, "no CUDA device (", cudaGetErrorString(error), ")"));
+}
+
+CheckResult check_pointer_attributes(const char* name, const cudaPointerAttributes& attributes,
+                                     int device) {
+  // Managed memory migrates on demand, so any device may use it.
+  if (attributes.type == cudaMemoryTypeManaged) return {};
+  if (attributes.type != cudaMemoryTypeDevice)
+    return CheckResult::fail(Status::kInvalidArgument,
+                             cat(name, ": expected a CUDA device pointer; got ", describe(attributes.type)));
+  if (attributes.device != device)
+    return CheckResult::fail(Status::kInvalidArgument,
+                             cat(name, ": expected memory on the current CUDA device (", device,
+                                 "); got memory on device ", attributes.device));
+  return {};
+}
+
+CheckResult check_current_device(int* device) {
+  const cudaError_t error = cudaGetDevice(device);
+  if (error != cudaSuccess) return no_device(error);
+  if (*device < 0 || *device >= kMaxCachedDevices) return query_device(*device);
+  DeviceVerdict& verdict = g_verdicts[*device];
+  std::call_once(verdict.once, [&] { verdict.result = query_device(*device); });
+  return verdict.result;
+}
+
+CheckResult check_device_pointers(const ForwardParams& p, int device) {
+  const bool has_keys = p.seqlen_k > 0;
+  const struct {
+    const char* name;
+    const void* pointer;
+    bool used;
+  } tensors[] = {{"q", p.q.data, true},      {"k", p.k.data, has_keys},
+                 {"v", p.v.data, has_keys},  {"out", p.out.data, true},
+                 {"lse", p.lse, p.lse != nullptr}};
+  for (const auto& t : tensors) {
+    if (!t.used) continue;
+    if (CheckResult r = check_pointer(t.name, t.pointer, device); !r.ok()) return r;
+  }
+  return {};
+}
+
+}  // namespace flash3::host

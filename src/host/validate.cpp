@@ -1,0 +1,216 @@
+#include "validate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace flash3::host {
+namespace {
+
+// TMA (cp.async.bulk.tensor) needs 16-byte aligned base addresses and
+// strides, and strides below 2^40 bytes (cuTensorMapEncodeTiled's limits).
+constexpr int64_t kTmaAlignBytes = 16;
+constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;
+// Row counts (batch * seqlen * heads) index tiles and LSE entries in int32.
+constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max();
+
+constexpr const char* kDimNames[4] = {"batch", "seqlen", "heads", "head_dim"};
+
+int dtype_index(DType dtype) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (kKnownDTypes[i] == dtype) return i;
+  return -1;
+}
+
+int head_dim_index(int head_dim) {
+  for (int i = 0; i < kNumHeadDims; ++i)
+    if (kSupportedHeadDims[i] == head_dim) return i;
+  return -1;
+}
+
+CheckResult invalid(std::string message) {
+  return CheckResult::fail(Status::kInvalidArgument, std::move(message));
+}
+CheckResult unsupported(std::string message) {
+  return CheckResult::fail(Status::kUnsupported, std::move(message));
+}
+
+CheckResult check_size(const char* name, int value, int min) {
+  if (value >= min) return {};
+  return invalid(cat(name, " must be >= ", min, "; got ", value));
+}
+
+// product of three non-negative ints; saturates instead of overflowing int64.
+int64_t rows(int a, int b, int c) {
+  int64_t ab = 0, abc = 0;
+  if (__builtin_mul_overflow(int64_t{a}, int64_t{b}, &ab) ||
+      __builtin_mul_overflow(ab, int64_t{c}, &abc))
+    return std::numeric_limits<int64_t>::max();
+  return abc;
+}
+
+CheckResult check_rows(const char* what, int64_t value) {
+  if (value <= kMaxRows) return {};
+  return invalid(cat(what, " must be at most ", kMaxRows, " (int32 row index); got ", value));
+}
+
+CheckResult check_tensor(const char* name, const Tensor4d& t, int elem_bytes) {
+  if (t.data == nullptr) return invalid(cat(name, ": expected a non-null data pointer; got NULL"));
+  if (reinterpret_cast<uintptr_t>(t.data) % kTmaAlignBytes != 0)
+    return invalid(cat(name, ": data pointer must be ", kTmaAlignBytes,
+                       "-byte aligned (needed by TMA); got ", t.data));
+  if (t.stride[3] != 1)
+    return invalid(cat(name, ": head_dim stride must be 1 (last dimension contiguous); got ",
+                       t.stride[3]));
+  const int64_t align_elems = kTmaAlignBytes / elem_bytes;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t s = t.stride[d];
+    if (s < 0) return invalid(cat(name, ": ", kDimNames[d], " stride must be >= 0; got ", s));
+    if (s % align_elems != 0)
+      return invalid(cat(name, ": ", kDimNames[d], " stride must be a multiple of ", align_elems,
+                         " elements (", kTmaAlignBytes, " bytes, needed by TMA); got ", s));
+    if (s >= kTmaMaxStrideBytes / elem_bytes)
+      return invalid(cat(name, ": ", kDimNames[d],
+                         " stride must be below 2^40 bytes (TMA limit); got ", s, " elements"));
+  }
+  return {};
+}
+
+std::string supported_head_dims() {
+  std::string out;
+  for (int h : kSupportedHeadDims) out += (out.empty() ? "" : ", ") + std::to_string(h);
+  return out;
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat16: return "fp16";
+  }
+  return nullptr;
+}
+
+int dtype_bytes(DType) { return 2; }  // both known dtypes are 16-bit
+
+void BuildConfig::add(DType dtype, int head_dim) {
+  const int d = dtype_index(dtype), h = head_dim_index(head_dim);
+  if (d >= 0 && h >= 0) built_[d][h] = true;
+}
+
+bool BuildConfig::has(DType dtype, int head_dim) const {
+  const int d = dtype_index(dtype), h = head_dim_index(head_dim);
+  return d >= 0 && h >= 0 && built_[d][h];
+}
+
+bool BuildConfig::has_dtype(DType dtype) const {
+  for (int h : kSupportedHeadDims)
+    if (has(dtype, h)) return true;
+  return false;
+}
+
+bool BuildConfig::has_head_dim(int head_dim) const {
+  for (DType d : kKnownDTypes)
+    if (has(d, head_dim)) return true;
+  return false;
+}
+
+std::string BuildConfig::dtype_list() const {
+  std::string out;
+  for (DType d : kKnownDTypes)
+    if (has_dtype(d)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(d));
+  return out.empty() ? "none" : out;
+}
+
+std::string BuildConfig::head_dim_list() const {
+  std::string out;
+  for (int h : kSupportedHeadDims)
+    if (has_head_dim(h)) out += (out.empty() ? "" : ", ") + std::to_string(h);
+  return out.empty() ? "none" : out;
+}
+
+const BuildConfig& built_config() {
+  static const BuildConfig config = [] {
+    BuildConfig c;
+#ifdef FLASH3_FWD_BF16_HDIM64
+    c.add(DType::kBFloat16, 64);
+#endif
+#ifdef FLASH3_FWD_BF16_HDIM128
+    c.add(DType::kBFloat16, 128);
+#endif
+#ifdef FLASH3_FWD_BF16_HDIM256
+    c.add(DType::kBFloat16, 256);
+#endif
+#ifdef FLASH3_FWD_FP16_HDIM64
+    c.add(DType::kFloat16, 64);
+#endif
+#ifdef FLASH3_FWD_FP16_HDIM128
+    c.add(DType::kFloat16, 128);
+#endif
+#ifdef FLASH3_FWD_FP16_HDIM256
+    c.add(DType::kFloat16, 256);
+#endif
+    return c;
+  }();
+  return config;
+}
+
+CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
+  const char* dtype = dtype_name(p.dtype);
+  if (dtype == nullptr)
+    return invalid(cat("dtype: expected fp16 (", static_cast<int>(DType::kFloat16), ") or bf16 (",
+                       static_cast<int>(DType::kBFloat16), "); got ", static_cast<int>(p.dtype)));
+
+  for (CheckResult r : {check_size("batch", p.batch, 0), check_size("seqlen_q", p.seqlen_q, 0),
+                        check_size("seqlen_k", p.seqlen_k, 0),
+                        check_size("num_heads_q", p.heads_q, 1),
+                        check_size("num_heads_kv", p.heads_kv, 1),
+                        check_size("head_dim", p.head_dim, 1)})
+    if (!r.ok()) return r;
+
+  if (!built.has_dtype(p.dtype))
+    return unsupported(cat("dtype: ", dtype, " is not built into this library (built: ",
+                           built.dtype_list(), "); rebuild with FLASH3_DTYPES including ", dtype));
+  if (head_dim_index(p.head_dim) < 0)
+    return unsupported(
+        cat("head_dim: supported head dims are ", supported_head_dims(), "; got ", p.head_dim));
+  if (!built.has_head_dim(p.head_dim))
+    return unsupported(cat("head_dim: ", p.head_dim, " is supported but not built into this library (built: ",
+                           built.head_dim_list(), "); rebuild with FLASH3_HEAD_DIMS including ",
+                           p.head_dim));
+  if (!built.has(p.dtype, p.head_dim))
+    return unsupported(cat("no kernel built for dtype ", dtype, " with head_dim ", p.head_dim));
+
+  if (p.heads_q % p.heads_kv != 0)
+    return invalid(cat("num_heads_q (", p.heads_q, ") must be divisible by num_heads_kv (",
+                       p.heads_kv, ")"));
+  if (CheckResult r = check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q));
+      !r.ok())
+    return r;
+  if (CheckResult r = check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv));
+      !r.ok())
+    return r;
+
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.f)
+    return invalid(cat("softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim)); got ",
+                       p.softmax_scale));
+
+  const bool q_used = p.batch > 0 && p.seqlen_q > 0;
+  const bool kv_used = p.batch > 0 && p.seqlen_k > 0;
+  const struct {
+    const char* name;
+    const Tensor4d& tensor;
+    bool used;
+  } tensors[] = {{"q", p.q, q_used}, {"k", p.k, kv_used}, {"v", p.v, kv_used}, {"out", p.out, q_used}};
+  for (const auto& t : tensors) {
+    if (!t.used) continue;
+    if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
+  }
+  if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0)
+    return invalid(cat("lse: pointer must be ", alignof(float), "-byte aligned; got ",
+                       static_cast<const void*>(p.lse)));
+  return {};
+}
+
+}  // namespace flash3::host

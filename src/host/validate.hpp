@@ -1,0 +1,50 @@
+// The one validation of ForwardParams. Pure host code: no CUDA calls, so every
+// rule is unit-tested without a GPU. Device-dependent checks (GPU arch, pointer
+// kinds) are in device_check.hpp and run after this.
+#pragma once
+
+#include <string>
+
+#include "check_result.hpp"
+#include "flash3/flash3.hpp"
+
+namespace flash3::host {
+
+// Head dims the kernels are written for. Which of them are compiled into this
+// library is a build option (BuildConfig).
+inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
+inline constexpr int kNumHeadDims = sizeof(kSupportedHeadDims) / sizeof(int);
+// In the order lists are printed (matches FLASH3_DTYPES' default).
+inline constexpr DType kKnownDTypes[] = {DType::kBFloat16, DType::kFloat16};
+inline constexpr int kNumDTypes = sizeof(kKnownDTypes) / sizeof(DType);
+
+// "bf16" / "fp16", or nullptr for a value that is not a DType.
+const char* dtype_name(DType dtype);
+int dtype_bytes(DType dtype);
+
+// Which (dtype, head dim) kernels exist. Passed to validate_forward so tests
+// can validate against a build other than the one they run in.
+class BuildConfig {
+ public:
+  void add(DType dtype, int head_dim);
+  bool has(DType dtype, int head_dim) const;
+  bool has_dtype(DType dtype) const;   // with any head dim
+  bool has_head_dim(int head_dim) const;  // with any dtype
+  std::string dtype_list() const;      // "bf16, fp16"
+  std::string head_dim_list() const;   // "64, 128, 256"
+
+ private:
+  bool built_[kNumDTypes][kNumHeadDims] = {};
+};
+
+// This library's kernels (from the FLASH3_FWD_<DTYPE>_HDIM<D> definitions).
+const BuildConfig& built_config();
+
+// kOk, or kInvalidArgument / kUnsupported with a message that names the
+// argument, what was expected and what was given. Tensors with no elements
+// (batch == 0, or seqlen == 0 for that tensor) are never read or written, so
+// their pointers and strides are not checked.
+CheckResult validate_forward(const ForwardParams& params,
+                             const BuildConfig& built = built_config());
+
+}  // namespace flash3::host

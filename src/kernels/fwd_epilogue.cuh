@@ -1,0 +1,64 @@
+// Forward epilogue: normalize O, write it (rows past seqlen_q are dropped)
+// and the LSE.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/fragment_layout.cuh"
+#include "kernels/fwd_kernel_params.cuh"
+#include "kernels/fwd_mainloop.cuh"
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+template <class Traits>
+struct FwdEpilogue {
+  using Element = typename Traits::Element;
+  using Params = FwdKernelParams<Traits>;
+  using TileShape = typename Traits::TileShape;
+
+  template <class FragO, class Softmax>
+  CUTE_DEVICE static void store(Params const& p, FwdTile tile, int thread, FragO& acc_o,
+                                Softmax& softmax) {
+    constexpr int kRows = Softmax::kNumRows;
+    float lse[kRows];
+    Tensor o = as_rowcol(acc_o);
+    scale_rows(o, softmax.finalize(p.softmax_scale, lse));
+    Tensor out_frag = make_tensor<Element>(acc_o.layout());
+    convert_fragment(acc_o, out_frag);
+    Tensor out_rc = as_rowcol(out_frag);
+
+    typename Traits::TiledMmaO mma_o;
+    Tensor tOcO = mma_o.get_thread_slice(thread).partition_C(
+        make_identity_tensor(select<0, 2>(TileShape{})));
+    Tensor coords = make_tensor(tOcO.data(), acc_rowcol_layout(tOcO.layout()));
+
+    int const row0 = tile.m_block * Traits::kBlockM;
+    Element* out = p.out + tile.batch * p.out_batch_stride + tile.head * p.out_head_stride +
+                   row0 * p.out_row_stride;
+    float* lse_out = p.lse == nullptr
+                         ? nullptr
+                         : p.lse + (int64_t(tile.batch) * p.heads_q + tile.head) * p.seqlen_q + row0;
+    int const rows_left = p.seqlen_q - row0;
+    // A thread holds pairs of adjacent columns: store them as one 32-bit word.
+    static_assert(size<1>(decltype(out_rc.layout()){}) % 2 == 0);
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      int const row = get<0>(coords(i, 0));
+      if (row >= rows_left) continue;
+      Element* out_row = out + row * p.out_row_stride;
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(out_rc); j += 2) {
+        cutlass::Array<Element, 2> pair;
+        pair[0] = out_rc(i, j);
+        pair[1] = out_rc(i, j + 1);
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(out_row + get<1>(coords(i, j))) = pair;
+      }
+      // The 4 threads of a quad share rows; one of them writes the LSE.
+      if (lse_out != nullptr && thread % 4 == 0) lse_out[row] = lse[i];
+    }
+  }
+};
+
+}  // namespace flash3::kernels

@@ -1,0 +1,28 @@
+// What a forward kernel receives (by value, __grid_constant__).
+#pragma once
+
+#include <cstdint>
+
+namespace flash3::kernels {
+
+template <class Traits>
+struct FwdKernelParams {
+  using Element = typename Traits::Element;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k;
+  typename Traits::TmaKV tma_v;
+  Element* out;
+  int64_t out_batch_stride;
+  int64_t out_row_stride;
+  int64_t out_head_stride;
+  float* lse;  // (batch, heads_q, seqlen_q) or null
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int heads_q;
+  int heads_per_kv_head;  // heads_q / heads_kv (GQA group size)
+  float softmax_scale;
+  float scale_log2;       // softmax_scale * log2(e)
+};
+
+}  // namespace flash3::kernels

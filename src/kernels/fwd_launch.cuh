@@ -1,0 +1,83 @@
+// Host side of one forward instantiation: TMA descriptors, grid, launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+
+#include <cmath>
+
+#include "kernels/fwd_kernel.cuh"
+#include "kernels/fwd_run.h"
+
+namespace flash3::kernels {
+
+template <DType kDType>
+using ElementOf = std::conditional_t<kDType == DType::kBFloat16, cutlass::bfloat16_t, cutlass::half_t>;
+
+// Raises the dynamic shared-memory limit of `kernel` once per device.
+template <class Kernel>
+cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
+  constexpr int kMaxDevices = 64;
+  static bool done[kMaxDevices] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < kMaxDevices && done[device]) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && device < kMaxDevices) done[device] = true;
+  return e;
+}
+
+template <class Traits>
+typename Traits::GmemTensor gmem_tensor(Tensor4d const& t, int batch, int seqlen, int heads) {
+  using Element = typename Traits::Element;
+  return make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(t.data)),
+      make_layout(make_shape(int32_t(seqlen), Int<Traits::kHeadDim>{}, int32_t(heads), int32_t(batch)),
+                  make_stride(t.stride[1], _1{}, t.stride[2], t.stride[0])));
+}
+
+template <class Traits>
+cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  FwdKernelParams<Traits> kp{
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, p.batch, p.seqlen_q, p.heads_q),
+                    typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, p.batch, p.seqlen_k, p.heads_kv),
+                    take<0, 2>(typename Traits::SmemLayoutKV{}),
+                    select<1, 2>(typename Traits::TileShape{}), _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, p.batch, p.seqlen_k, p.heads_kv),
+                    take<0, 2>(typename Traits::SmemLayoutKV{}),
+                    select<1, 2>(typename Traits::TileShape{}), _1{}),
+      static_cast<Element*>(p.out.data),
+      p.out.stride[0],
+      p.out.stride[1],
+      p.out.stride[2],
+      p.lse,
+      p.batch,
+      p.seqlen_q,
+      p.seqlen_k,
+      p.heads_q,
+      p.heads_q / p.heads_kv,
+      p.softmax_scale,
+      p.softmax_scale * float(M_LOG2E),
+  };
+  auto kernel = fwd_kernel<Traits>;
+  constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  if (cudaError_t e = allow_shared_memory(kernel, kSmemBytes); e != cudaSuccess) return e;
+  dim3 const grid(ceil_div(p.seqlen_q, Traits::kBlockM), p.heads_q, p.batch);
+  kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd(ForwardParams const& params, cudaStream_t stream) {
+  using Element = ElementOf<kDType>;
+  return params.causal ? launch_fwd<FwdTraits<Element, kHeadDim, true>>(params, stream)
+                       : launch_fwd<FwdTraits<Element, kHeadDim, false>>(params, stream);
+}
+
+}  // namespace flash3::kernels

@@ -1,0 +1,155 @@
+// Forward mainloop: the producer's TMA loads and the consumers' two GEMMs
+// with the online softmax between them. Key blocks are walked from the last
+// to the first, so the blocks that need masking (sequence end, causal
+// diagonal) come first and the rest run unmasked.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "kernels/attention_mask.cuh"
+#include "kernels/fragment_layout.cuh"
+#include "kernels/fwd_kernel_params.cuh"
+#include "kernels/online_softmax.cuh"
+#include "kernels/wgmma_gemm.cuh"
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+// Where one CTA works: a block of query rows of one head of one batch entry.
+struct FwdTile {
+  int m_block;
+  int head;
+  int batch;
+};
+
+template <class Traits>
+struct FwdMainloop {
+  using Element = typename Traits::Element;
+  using Params = FwdKernelParams<Traits>;
+  using SharedStorage = typename Traits::SharedStorage;
+  using TileShape = typename Traits::TileShape;
+  using Mask = AttentionMask<Traits::kCausal, Traits::kBlockM, Traits::kBlockN>;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+
+  CUTE_DEVICE static auto global_qkv(Params const& p) {
+    return cute::make_tuple(
+        p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kHeadDim>{}, p.heads_q, p.batch)),
+        p.tma_k.get_tma_tensor(
+            make_shape(p.seqlen_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, p.batch)),
+        p.tma_v.get_tma_tensor(
+            make_shape(p.seqlen_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, p.batch)));
+  }
+
+  // Run by one thread of the producer warp.
+  template <class Pipeline, class PipelineState>
+  CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, FwdTile tile, int n_block_end,
+                               Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& write) {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
+    auto [mQ, mK, mV] = global_qkv(p);
+    int const kv_head = tile.head / p.heads_per_kv_head;
+    Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
+                           make_coord(tile.m_block, _0{}));  // (M, D)
+    Tensor gK = local_tile(mK(_, _, kv_head, tile.batch), select<1, 2>(TileShape{}),
+                           make_coord(_, _0{}));             // (N, D, n_block)
+    Tensor gV = local_tile(mV(_, _, kv_head, tile.batch), select<1, 2>(TileShape{}),
+                           make_coord(_, _0{}));
+
+    auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+
+    smem.barrier_q.arrive_and_expect_tx(Traits::kQBytes);
+    copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.barrier_q), 0), tQgQ, tQsQ);
+    for (int n_block = n_block_end - 1; n_block >= 0; --n_block) {
+      pipeline_k.producer_acquire(write);
+      copy(p.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
+           tKsK(_, write.index()));
+      pipeline_v.producer_acquire(write);
+      copy(p.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
+           tVsV(_, write.index()));
+      ++write;
+    }
+  }
+
+  // Run by all consumer threads; `thread` is the index among them. Leaves the
+  // unnormalized O in `acc_o` and the running statistics in `softmax`.
+  //
+  // Intra-warpgroup overlap (FA3 paper, section 3.2): the WGMMAs of the next
+  // S = Q K^T and of the current O += P V are in flight together while the
+  // softmax of the next block runs, so its exps hide under the GEMMs.
+  template <class Pipeline, class PipelineState, class FragO, class Softmax>
+  CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
+                                  int n_block_end, int thread, Pipeline& pipeline_k,
+                                  Pipeline& pipeline_v, PipelineState& read_k,
+                                  PipelineState& read_v, FragO& acc_o, Softmax& softmax) {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutVt{});
+
+    typename Traits::TiledMmaS mma_s;
+    typename Traits::TiledMmaO mma_o;
+    auto thr_s = mma_s.get_thread_slice(thread);
+    auto thr_o = mma_o.get_thread_slice(thread);
+    Tensor tSrQ = thr_s.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
+    Tensor tSrK = thr_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stage)
+    Tensor tOrV = thr_o.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tScS = thr_s.partition_C(make_identity_tensor(select<0, 1>(TileShape{})));
+    Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
+    Tensor acc_s = partition_fragment_C(mma_s, select<0, 1>(TileShape{}));
+    Tensor scores = as_rowcol(acc_s);
+    // P in registers, laid out as the A operand of O += P V.
+    Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
+
+    Mask const mask{p.seqlen_q, p.seqlen_k};
+    auto mask_and_softmax = [&](int n_block) {
+      if (mask.needs_mask(tile.m_block, n_block)) mask.apply(scores, coords, tile.m_block, n_block);
+      return softmax.step(scores);
+    };
+
+    smem.barrier_q.wait(0);
+    int n_block = n_block_end - 1;
+    pipeline_k.consumer_wait(read_k);
+    warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_s);
+    pipeline_k.consumer_release(read_k);
+    ++read_k;
+    mask_and_softmax(n_block);  // O is still zero: its scale factor is moot
+    convert_fragment(acc_s, tOrP);
+
+    for (--n_block; n_block >= 0; --n_block) {
+      pipeline_k.consumer_wait(read_k);
+      warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
+      pipeline_v.consumer_wait(read_v);
+      warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+      warpgroup_wait<1>();  // S is ready; O += P V still runs
+      warpgroup_fence_operand(acc_s);
+      pipeline_k.consumer_release(read_k);
+      ++read_k;
+      auto const o_scale = mask_and_softmax(n_block);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      pipeline_v.consumer_release(read_v);
+      ++read_v;
+      scale_rows(as_rowcol(acc_o), o_scale);
+      convert_fragment(acc_s, tOrP);
+    }
+
+    pipeline_v.consumer_wait(read_v);
+    warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_o);
+    pipeline_v.consumer_release(read_v);
+    ++read_v;
+  }
+};
+
+}  // namespace flash3::kernels

@@ -1,0 +1,20 @@
+// Seam between the host API and the forward kernels: the host validates, then
+// calls the instantiation that matches dtype and head dim. Declared without
+// CUTLASS types so host code compiles as plain C++.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "flash3/flash3.hpp"
+
+namespace flash3::kernels {
+
+// Defined once per (dtype, head dim) in instantiations/fwd_<dtype>_hdim<d>.cu.
+// `params` is validated; seqlen_k >= 1, batch >= 1, seqlen_q >= 1.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd(const ForwardParams& params, cudaStream_t stream);
+
+// seqlen_k == 0: out = 0, lse = -inf (rows that see no key).
+cudaError_t run_fwd_empty_keys(const ForwardParams& params, cudaStream_t stream);
+
+}  // namespace flash3::kernels

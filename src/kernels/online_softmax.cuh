@@ -1,0 +1,98 @@
+// Online softmax over the S accumulator of one consumer warpgroup, in fp32
+// with exp2 and the softmax scale folded into one FFMA per score.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+CUTE_DEVICE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The 4 threads of a quad hold the columns of the same rows (WGMMA layout).
+CUTE_DEVICE float quad_allreduce_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+CUTE_DEVICE float quad_allreduce_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  static constexpr int kNumRows = kRows;
+  float row_max[kRows];  // raw (unscaled) running max of each row's scores
+  float row_sum[kRows];  // this thread's partial sum; quad-reduced in finalize
+  float scale_log2;      // softmax_scale * log2(e)
+
+  CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      row_max[i] = -INFINITY;
+      row_sum[i] = 0.f;
+    }
+  }
+
+  // A row with no visible key so far keeps max -inf; exponentiate against 0
+  // then so that exp2(-inf - -inf) never produces NaN.
+  CUTE_DEVICE static float safe_max(float m) { return m == -INFINITY ? 0.f : m; }
+
+  // Turns scores (rows, cols) into probabilities in place and returns, per
+  // row, the factor by which the previous O accumulator must be scaled.
+  template <class Tensor2d>
+  CUTE_DEVICE cute::array<float, kRows> step(Tensor2d&& scores) {
+    static_assert(decltype(size<0>(scores))::value == kRows);
+    cute::array<float, kRows> o_scale;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      float m = row_max[i];
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(scores); ++j) m = fmaxf(m, scores(i, j));
+      m = quad_allreduce_max(m);
+      float const max_scaled = safe_max(m) * scale_log2;
+      o_scale[i] = fast_exp2((row_max[i] - safe_max(m)) * scale_log2);
+      row_max[i] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(scores); ++j) {
+        scores(i, j) = fast_exp2(fmaf(scores(i, j), scale_log2, -max_scaled));
+        sum += scores(i, j);
+      }
+      row_sum[i] = row_sum[i] * o_scale[i] + sum;
+    }
+    return o_scale;
+  }
+
+  // Returns per row the factor that normalizes O (0 for rows that saw no key)
+  // and writes the natural-log LSE (-inf for those rows).
+  CUTE_DEVICE cute::array<float, kRows> finalize(float softmax_scale, float (&lse)[kRows]) {
+    cute::array<float, kRows> o_scale;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      float const sum = quad_allreduce_sum(row_sum[i]);
+      bool const empty = sum == 0.f;
+      o_scale[i] = empty ? 0.f : 1.f / sum;
+      lse[i] = empty ? -INFINITY : row_max[i] * softmax_scale + __logf(sum);
+    }
+    return o_scale;
+  }
+};
+
+template <class Tensor2d, class RowFactors>
+CUTE_DEVICE void scale_rows(Tensor2d&& t, RowFactors const& factor) {
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(t); ++i) {
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(t); ++j) t(i, j) *= factor[i];
+  }
+}
+
+}  // namespace flash3::kernels

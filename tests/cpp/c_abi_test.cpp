@@ -1,0 +1,222 @@
+// The public surface through libflash3.so: C ABI structs, status codes,
+// last_error semantics, version/build info, and the C++ API's exports.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flash3/flash3.h"
+#include "flash3/flash3.hpp"
+
+namespace {
+
+constexpr uint64_t kSizeV1 = 216;  // sizeof(flash3_fwd_params) in ABI v1
+// A (dtype, head dim) this build has, from CMake.
+constexpr int kDType = FLASH3_TEST_DTYPE;
+constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
+
+void set_contiguous(flash3_tensor* t, void* data, int seqlen, int heads, int head_dim) {
+  t->data = data;
+  t->stride[0] = int64_t{seqlen} * heads * head_dim;
+  t->stride[1] = int64_t{heads} * head_dim;
+  t->stride[2] = head_dim;
+  t->stride[3] = 1;
+}
+
+// Valid parameters over real (host) buffers, so that on a Hopper machine the
+// call gets as far as the device-pointer check.
+struct HostTensors {
+  std::vector<uint16_t> q, k, v, out;
+  std::vector<float> lse;
+  flash3_fwd_params params;
+
+  HostTensors() {
+    flash3_fwd_params_init(&params);
+    params.dtype = kDType;
+    params.batch = 1;
+    params.seqlen_q = 17;
+    params.seqlen_k = 33;
+    params.num_heads_q = 4;
+    params.num_heads_kv = 2;
+    params.head_dim = kHeadDim;
+    q.resize(17 * 4 * kHeadDim + 8);
+    out.resize(q.size());
+    k.resize(33 * 2 * kHeadDim + 8);
+    v.resize(k.size());
+    lse.resize(4 * 17);
+    set_contiguous(&params.q, align16(q.data()), 17, 4, kHeadDim);
+    set_contiguous(&params.k, align16(k.data()), 33, 2, kHeadDim);
+    set_contiguous(&params.v, align16(v.data()), 33, 2, kHeadDim);
+    set_contiguous(&params.out, align16(out.data()), 17, 4, kHeadDim);
+    params.lse = lse.data();
+  }
+  static void* align16(uint16_t* p) {
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t{15});
+  }
+};
+
+TEST(CAbi, ParamsInitZeroesAndSetsSize) {
+  flash3_fwd_params p;
+  std::memset(&p, 0xAB, sizeof(p));
+  flash3_fwd_params_init(&p);
+  EXPECT_EQ(p.struct_size, sizeof(flash3_fwd_params));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&p);
+  for (size_t i = sizeof(p.struct_size); i < sizeof(p); ++i) ASSERT_EQ(bytes[i], 0) << "byte " << i;
+  flash3_fwd_params_init(nullptr);  // tolerated, does nothing
+}
+
+TEST(CAbi, V1StructSizeIsFrozen) { EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV1); }
+
+TEST(CAbi, NullParams) {
+  EXPECT_EQ(flash3_fwd(nullptr, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "params: expected a pointer to flash3_fwd_params; got NULL");
+}
+
+TEST(CAbi, StructSizeTooSmall) {
+  HostTensors t;
+  for (uint64_t size : {uint64_t{0}, kSizeV1 - 8, uint64_t{8}}) {
+    t.params.struct_size = size;
+    EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(std::string(flash3_last_error()),
+              "params->struct_size: expected at least 216 (sizeof(flash3_fwd_params) in ABI v1; "
+              "call flash3_fwd_params_init); got " + std::to_string(size));
+  }
+}
+
+// A caller compiled against a newer header: accepted when its extra fields
+// are zero (defaults), refused when it asks for something unknown.
+struct NewerParams {
+  flash3_fwd_params v1;
+  int64_t future_field;
+};
+
+TEST(CAbi, LargerStructWithZeroTailIsAccepted) {
+  NewerParams p{};
+  flash3_fwd_params_init(&p.v1);
+  p.v1.struct_size = sizeof(NewerParams);
+  p.v1.dtype = kDType;
+  p.v1.num_heads_q = 12;
+  p.v1.num_heads_kv = 5;
+  p.v1.head_dim = kHeadDim;
+  // Reaches validation: the error is about the parameters, not the size.
+  EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "num_heads_q (12) must be divisible by num_heads_kv (5)");
+}
+
+TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
+  NewerParams p{};
+  flash3_fwd_params_init(&p.v1);
+  p.v1.struct_size = sizeof(NewerParams);
+  p.future_field = 1;
+  EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
+  EXPECT_STREQ(flash3_last_error(),
+               "params->struct_size: 224 bytes, with fields set beyond the 216 bytes this library "
+               "knows (ABI v1); upgrade flash3 or leave the newer fields zero");
+}
+
+TEST(CAbi, ValidationMessagesComeThrough) {
+  HostTensors t;
+  t.params.dtype = 5;
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "dtype: expected fp16 (0) or bf16 (1); got 5");
+
+  HostTensors u;
+  u.params.head_dim = 80;
+  EXPECT_EQ(flash3_fwd(&u.params, nullptr), FLASH3_ERROR_UNSUPPORTED);
+  EXPECT_STREQ(flash3_last_error(), "head_dim: supported head dims are 64, 128, 256; got 80");
+
+  HostTensors w;
+  w.params.q.stride[3] = 2;
+  EXPECT_EQ(flash3_fwd(&w.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "q: head_dim stride must be 1 (last dimension contiguous); got 2");
+}
+
+TEST(CAbi, LastErrorClearedBySuccess) {
+  EXPECT_EQ(flash3_fwd(nullptr, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STRNE(flash3_last_error(), "");
+  // batch == 0 is a no-op that succeeds, on any machine.
+  flash3_fwd_params p;
+  flash3_fwd_params_init(&p);
+  p.dtype = kDType;
+  p.num_heads_q = p.num_heads_kv = 1;
+  p.head_dim = kHeadDim;
+  p.seqlen_q = p.seqlen_k = 7;
+  EXPECT_EQ(flash3_fwd(&p, nullptr), FLASH3_OK) << flash3_last_error();
+  EXPECT_STREQ(flash3_last_error(), "");
+}
+
+TEST(CAbi, LastErrorIsPerThread) {
+  EXPECT_EQ(flash3_fwd(nullptr, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  const std::string mine = flash3_last_error();
+  std::string theirs_before, theirs_after;
+  std::thread other([&] {
+    theirs_before = flash3_last_error();
+    HostTensors t;
+    t.params.softmax_scale = -1.f;
+    flash3_fwd(&t.params, nullptr);
+    theirs_after = flash3_last_error();
+  });
+  other.join();
+  EXPECT_EQ(theirs_before, "");
+  EXPECT_EQ(theirs_after,
+            "softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim)); got -1");
+  EXPECT_EQ(std::string(flash3_last_error()), mine);
+}
+
+TEST(CAbi, VersionAndBuildInfo) {
+  EXPECT_STREQ(flash3_version(), "0.1.0");
+  EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
+  EXPECT_EQ(flash3_abi_version(), 1);
+  EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
+  EXPECT_TRUE(std::regex_match(flash3_build_info(),
+                               std::regex("dtypes=(bf16|fp16)(,(bf16|fp16))* "
+                                          "head_dims=(64|128|256)(,(64|128|256))* arch=sm_90a")))
+      << flash3_build_info();
+}
+
+// Without a GPU (CI) a valid call must say so; with one it must get past the
+// device check and then refuse the host buffers this test passes.
+TEST(CAbi, ValidCallOnThisMachine) {
+  HostTensors t;
+  const flash3_status status = flash3_fwd(&t.params, nullptr);
+  const std::string message = flash3_last_error();
+  int device = -1;
+  const cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) {
+    EXPECT_EQ(status, FLASH3_ERROR_UNSUPPORTED);
+    EXPECT_EQ(message, std::string("flash3 needs an NVIDIA Hopper GPU (sm_90); found no CUDA device (") +
+                           cudaGetErrorString(error) + ")");
+    return;
+  }
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, device), cudaSuccess);
+  if (prop.major != 9 || prop.minor != 0) {
+    EXPECT_EQ(status, FLASH3_ERROR_UNSUPPORTED);
+    EXPECT_EQ(message, std::string("flash3 needs an NVIDIA Hopper GPU (sm_90); found ") + prop.name +
+                           " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")");
+    return;
+  }
+  EXPECT_EQ(status, FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(message, "q: expected a CUDA device pointer; got host memory");
+}
+
+// The C++ API is exported from the .so too (linking this test proves it).
+TEST(CppApi, ForwardAndLastError) {
+  flash3::ForwardParams p;
+  p.dtype = static_cast<flash3::DType>(kDType);
+  p.heads_q = 4;
+  p.heads_kv = 3;
+  p.head_dim = kHeadDim;
+  EXPECT_EQ(flash3::forward(p, nullptr), flash3::Status::kInvalidArgument);
+  EXPECT_STREQ(flash3::last_error(), "num_heads_q (4) must be divisible by num_heads_kv (3)");
+  p.heads_kv = 2;
+  EXPECT_EQ(flash3::forward(p, nullptr), flash3::Status::kOk);  // batch == 0: no-op
+  EXPECT_STREQ(flash3::last_error(), "");
+}
+
+}  // namespace

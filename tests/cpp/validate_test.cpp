@@ -1,0 +1,296 @@
+// Every rule of validate_forward, with its exact message. No GPU needed.
+#include "host/validate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "test_params.hpp"
+
+namespace flash3::host {
+namespace {
+
+using flash3::testing::valid_params;
+
+BuildConfig all_built() {
+  BuildConfig c;
+  for (DType d : kKnownDTypes)
+    for (int h : kSupportedHeadDims) c.add(d, h);
+  return c;
+}
+
+void expect_error(const ForwardParams& p, Status status, const std::string& message,
+                  const BuildConfig& built = all_built()) {
+  const CheckResult r = validate_forward(p, built);
+  EXPECT_EQ(r.status, status) << r.message;
+  EXPECT_EQ(r.message, message);
+}
+
+void expect_ok(const ForwardParams& p, const BuildConfig& built = all_built()) {
+  const CheckResult r = validate_forward(p, built);
+  EXPECT_EQ(r.status, Status::kOk) << r.message;
+  EXPECT_EQ(r.message, "");
+}
+
+TEST(Validate, AcceptsEveryBuiltDtypeAndHeadDim) {
+  for (DType d : kKnownDTypes)
+    for (int h : kSupportedHeadDims) expect_ok(valid_params(d, h));
+}
+
+TEST(Validate, AcceptsMhaMqaAndOptionalLse) {
+  ForwardParams p = valid_params();
+  p.heads_kv = p.heads_q;
+  expect_ok(p);
+  p.heads_kv = 1;
+  expect_ok(p);
+  p.lse = nullptr;
+  expect_ok(p);
+}
+
+TEST(Validate, AcceptsBroadcastAndPermutedStrides) {
+  ForwardParams p = valid_params();
+  p.k.stride[0] = 0;  // one K shared by the whole batch
+  p.v.stride[0] = 0;
+  // (batch, heads, seqlen, head_dim) memory seen as (batch, seqlen, heads, head_dim)
+  p.q.stride[1] = p.head_dim;
+  p.q.stride[2] = int64_t{p.seqlen_q} * p.head_dim;
+  expect_ok(p);
+}
+
+TEST(Validate, NullDataPointers) {
+  const char* msg = ": expected a non-null data pointer; got NULL";
+  ForwardParams p = valid_params();
+  p.q.data = nullptr;
+  expect_error(p, Status::kInvalidArgument, std::string("q") + msg);
+  p = valid_params();
+  p.k.data = nullptr;
+  expect_error(p, Status::kInvalidArgument, std::string("k") + msg);
+  p = valid_params();
+  p.v.data = nullptr;
+  expect_error(p, Status::kInvalidArgument, std::string("v") + msg);
+  p = valid_params();
+  p.out.data = nullptr;
+  expect_error(p, Status::kInvalidArgument, std::string("out") + msg);
+}
+
+TEST(Validate, UnknownDtype) {
+  ForwardParams p = valid_params();
+  p.dtype = static_cast<DType>(7);
+  expect_error(p, Status::kInvalidArgument, "dtype: expected fp16 (0) or bf16 (1); got 7");
+}
+
+TEST(Validate, DtypeNotBuilt) {
+  BuildConfig fp16_only;
+  for (int h : kSupportedHeadDims) fp16_only.add(DType::kFloat16, h);
+  expect_error(valid_params(DType::kBFloat16), Status::kUnsupported,
+               "dtype: bf16 is not built into this library (built: fp16); "
+               "rebuild with FLASH3_DTYPES including bf16",
+               fp16_only);
+  expect_ok(valid_params(DType::kFloat16), fp16_only);
+}
+
+TEST(Validate, HeadDimNotSupported) {
+  for (int h : {1, 32, 96, 127, 512}) {
+    ForwardParams p = valid_params(DType::kBFloat16, h);
+    expect_error(p, Status::kUnsupported,
+                 "head_dim: supported head dims are 64, 128, 256; got " + std::to_string(h));
+  }
+}
+
+TEST(Validate, HeadDimNotBuilt) {
+  BuildConfig small;
+  for (DType d : kKnownDTypes) {
+    small.add(d, 64);
+    small.add(d, 128);
+  }
+  expect_error(valid_params(DType::kFloat16, 256), Status::kUnsupported,
+               "head_dim: 256 is supported but not built into this library (built: 64, 128); "
+               "rebuild with FLASH3_HEAD_DIMS including 256",
+               small);
+}
+
+TEST(Validate, PairNotBuilt) {
+  BuildConfig diagonal;
+  diagonal.add(DType::kBFloat16, 64);
+  diagonal.add(DType::kFloat16, 128);
+  expect_error(valid_params(DType::kBFloat16, 128), Status::kUnsupported,
+               "no kernel built for dtype bf16 with head_dim 128", diagonal);
+  expect_ok(valid_params(DType::kBFloat16, 64), diagonal);
+}
+
+TEST(Validate, NegativeSizes) {
+  ForwardParams p = valid_params();
+  p.batch = -1;
+  expect_error(p, Status::kInvalidArgument, "batch must be >= 0; got -1");
+  p = valid_params();
+  p.seqlen_q = -5;
+  expect_error(p, Status::kInvalidArgument, "seqlen_q must be >= 0; got -5");
+  p = valid_params();
+  p.seqlen_k = -2;
+  expect_error(p, Status::kInvalidArgument, "seqlen_k must be >= 0; got -2");
+  p = valid_params();
+  p.head_dim = -128;
+  expect_error(p, Status::kInvalidArgument, "head_dim must be >= 1; got -128");
+}
+
+TEST(Validate, HeadsMustBePositive) {
+  ForwardParams p = valid_params();
+  p.heads_q = 0;
+  expect_error(p, Status::kInvalidArgument, "num_heads_q must be >= 1; got 0");
+  p = valid_params();
+  p.heads_kv = -3;
+  expect_error(p, Status::kInvalidArgument, "num_heads_kv must be >= 1; got -3");
+}
+
+TEST(Validate, HeadsQDivisibleByHeadsKv) {
+  ForwardParams p = valid_params();
+  p.heads_q = 12;
+  p.heads_kv = 5;
+  expect_error(p, Status::kInvalidArgument, "num_heads_q (12) must be divisible by num_heads_kv (5)");
+}
+
+TEST(Validate, HeadDimStrideMustBeOne) {
+  for (auto [name, member] : {std::pair{"q", &ForwardParams::q}, std::pair{"k", &ForwardParams::k},
+                              std::pair{"v", &ForwardParams::v}, std::pair{"out", &ForwardParams::out}}) {
+    ForwardParams p = valid_params();
+    (p.*member).stride[3] = 2;
+    expect_error(p, Status::kInvalidArgument,
+                 std::string(name) + ": head_dim stride must be 1 (last dimension contiguous); got 2");
+  }
+}
+
+TEST(Validate, DataPointersMustBe16ByteAligned) {
+  ForwardParams p = valid_params();
+  p.v.data = reinterpret_cast<void*>(uintptr_t{0x300008});  // 8-aligned is not enough for TMA
+  expect_error(p, Status::kInvalidArgument,
+               "v: data pointer must be 16-byte aligned (needed by TMA); got 0x300008");
+}
+
+TEST(Validate, StridesMustBeMultiplesOf16Bytes) {
+  ForwardParams p = valid_params();
+  p.k.stride[1] = 260;
+  expect_error(p, Status::kInvalidArgument,
+               "k: seqlen stride must be a multiple of 8 elements (16 bytes, needed by TMA); got 260");
+  p = valid_params();
+  p.out.stride[2] = 132;
+  expect_error(p, Status::kInvalidArgument,
+               "out: heads stride must be a multiple of 8 elements (16 bytes, needed by TMA); got 132");
+  p = valid_params();
+  p.q.stride[0] = 1;
+  expect_error(p, Status::kInvalidArgument,
+               "q: batch stride must be a multiple of 8 elements (16 bytes, needed by TMA); got 1");
+}
+
+TEST(Validate, StridesMustBeNonNegative) {
+  ForwardParams p = valid_params();
+  p.v.stride[0] = -8;
+  expect_error(p, Status::kInvalidArgument, "v: batch stride must be >= 0; got -8");
+}
+
+TEST(Validate, StridesMustBeBelowTmaLimit) {
+  ForwardParams p = valid_params();
+  p.q.stride[0] = int64_t{1} << 39;  // 2^40 bytes at 2 bytes per element
+  expect_error(p, Status::kInvalidArgument,
+               "q: batch stride must be below 2^40 bytes (TMA limit); got 549755813888 elements");
+  p.q.stride[0] = (int64_t{1} << 39) - 8;
+  expect_ok(p);
+}
+
+TEST(Validate, SoftmaxScale) {
+  const std::string prefix = "softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim)); got ";
+  ForwardParams p = valid_params();
+  p.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+  expect_error(p, Status::kInvalidArgument, prefix + "nan");
+  p.softmax_scale = std::numeric_limits<float>::infinity();
+  expect_error(p, Status::kInvalidArgument, prefix + "inf");
+  p.softmax_scale = -0.5f;
+  expect_error(p, Status::kInvalidArgument, prefix + "-0.5");
+  p.softmax_scale = 0.f;
+  expect_ok(p);
+  p.softmax_scale = 0.125f;
+  expect_ok(p);
+}
+
+TEST(Validate, RowCountsMustFitInt32) {
+  ForwardParams p = valid_params();
+  p.batch = 65536;
+  p.seqlen_q = 65536;
+  p.heads_q = 1;
+  p.heads_kv = 1;
+  p.seqlen_k = 1;
+  expect_error(p, Status::kInvalidArgument,
+               "batch * seqlen_q * num_heads_q must be at most 2147483647 (int32 row index); "
+               "got 4294967296");
+  p = valid_params();
+  p.seqlen_k = std::numeric_limits<int>::max();
+  p.heads_q = p.heads_kv = 1;
+  p.seqlen_q = 1;
+  p.batch = 1;
+  expect_ok(p);  // exactly INT32_MAX rows is still representable
+  p.batch = 2;
+  expect_error(p, Status::kInvalidArgument,
+               "batch * seqlen_k * num_heads_kv must be at most 2147483647 (int32 row index); "
+               "got 4294967294");
+}
+
+TEST(Validate, RowCountOverflowingInt64Saturates) {
+  ForwardParams p = valid_params();
+  p.batch = p.seqlen_q = p.heads_q = p.heads_kv = std::numeric_limits<int>::max();
+  const CheckResult r = validate_forward(p, all_built());
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(r.message, "batch * seqlen_q * num_heads_q must be at most 2147483647 (int32 row index); "
+                       "got 9223372036854775807");
+}
+
+TEST(Validate, LseMustBeFloatAligned) {
+  ForwardParams p = valid_params();
+  p.lse = reinterpret_cast<float*>(uintptr_t{0x500002});
+  expect_error(p, Status::kInvalidArgument, "lse: pointer must be 4-byte aligned; got 0x500002");
+}
+
+// Zero-sized inputs are defined: tensors with no elements are not accessed,
+// so null pointers (as torch gives for empty tensors) are fine there.
+TEST(Validate, ZeroBatchNeedsNoPointers) {
+  ForwardParams p;
+  p.dtype = DType::kFloat16;
+  p.heads_q = p.heads_kv = 1;
+  p.head_dim = 64;
+  p.seqlen_q = p.seqlen_k = 10;
+  expect_ok(p);
+}
+
+TEST(Validate, ZeroSeqlenQNeedsNoQOrOut) {
+  ForwardParams p = valid_params();
+  p.seqlen_q = 0;
+  p.q.data = p.out.data = nullptr;
+  expect_ok(p);
+  p.k.data = nullptr;  // k is still an input with elements
+  expect_error(p, Status::kInvalidArgument, "k: expected a non-null data pointer; got NULL");
+}
+
+TEST(Validate, ZeroSeqlenKNeedsNoKOrV) {
+  ForwardParams p = valid_params();
+  p.seqlen_k = 0;
+  p.k.data = p.v.data = nullptr;
+  expect_ok(p);
+  p.out.data = nullptr;  // out is still written (zeros)
+  expect_error(p, Status::kInvalidArgument, "out: expected a non-null data pointer; got NULL");
+}
+
+TEST(BuildConfig, Lists) {
+  BuildConfig c;
+  EXPECT_EQ(c.dtype_list(), "none");
+  EXPECT_EQ(c.head_dim_list(), "none");
+  c.add(DType::kFloat16, 256);
+  c.add(DType::kBFloat16, 64);
+  c.add(DType::kBFloat16, 96);  // not a supported head dim: ignored
+  EXPECT_EQ(c.dtype_list(), "bf16, fp16");
+  EXPECT_EQ(c.head_dim_list(), "64, 256");
+  EXPECT_TRUE(c.has(DType::kFloat16, 256));
+  EXPECT_FALSE(c.has(DType::kFloat16, 64));
+  EXPECT_FALSE(c.has_head_dim(96));
+}
+
+}  // namespace
+}  // namespace flash3::host

@@ -1,0 +1,46 @@
+"""flash3.bench's host-side pieces (shapes, FLOPs, table, plot); no GPU needed."""
+
+import pytest
+
+from flash3 import bench
+
+
+def test_training_shapes_follow_design():
+    shapes = list(bench.training_shapes((64, 128, 256), bench.DEFAULT_SEQLENS, (False, True)))
+    assert len(shapes) == 3 * 6 * 2
+    for s in shapes:
+        assert s["batch"] * s["seqlen"] == 16384
+        assert s["heads"] * s["head_dim"] == 2048
+
+
+def test_forward_flops():
+    assert bench.forward_flops(2, 16, 1024, 1024, 128, False) == 4 * 2 * 16 * 1024 * 1024 * 128
+    assert bench.forward_flops(2, 16, 1024, 1024, 128, True) == 2 * 2 * 16 * 1024 * 1024 * 128
+    # Causal with sq != sk is not halved.
+    assert bench.forward_flops(1, 1, 16, 1024, 64, True) == 4 * 16 * 1024 * 64
+
+
+def test_parse_args():
+    args = bench.parse_args(["--quick", "--hdims", "128", "--causal", "yes"])
+    assert args.hdims == (128,) and args.seqlens == bench.QUICK_SEQLENS and args.causal == "yes"
+    assert bench.parse_args([]).seqlens == bench.DEFAULT_SEQLENS
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--seqlens", "1000"])
+
+
+def test_row_shows_na_and_ratio():
+    shape = dict(head_dim=128, causal=True, seqlen=4096, batch=4, heads=16)
+    row = bench._format_row(shape, {"flash3": 600.0, "cudnn": 500.0, "fa2": None}, None)
+    assert "600.0" in row and "n/a" in row and "1.200x" in row
+    row = bench._format_row(shape, {"flash3": None, "cudnn": 500.0, "fa2": 300.0},
+                            {"ok": False, "max_abs_diff": 0.5, "against": "cudnn"})
+    assert "CHECK FAILED" in row and row.count("n/a") == 2
+
+
+def test_plot_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = [dict(head_dim=d, causal=c, seqlen=s, tflops={"flash3": 1.0 * s, "cudnn": 0.9 * s, "fa2": None})
+               for d in (64, 128) for c in (False, True) for s in (512, 1024)]
+    path = tmp_path / "bench.png"
+    bench.plot(results, str(path), "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

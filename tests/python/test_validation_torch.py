@@ -1,0 +1,124 @@
+"""Torch-side checks and the fake (meta) registration; no GPU needed.
+
+The Python layer only checks what the C ABI cannot see (device, dtype, shape
+agreement between tensors); everything else is the library's (test_c_abi.py).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flash3  # noqa: E402
+from flash3 import ops  # noqa: E402
+from flash3.reference import attention_ref, causal_mask  # noqa: E402
+
+
+def qkv(batch=2, seqlen_q=5, seqlen_k=7, heads_q=4, heads_kv=2, head_dim=64,
+        dtype=torch.bfloat16, device="cpu"):
+    q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device=device)
+    k = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device=device)
+    v = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device=device)
+    return q, k, v
+
+
+def test_import_flash3_does_not_need_torch_attributes():
+    assert isinstance(flash3.__version__, str)
+    assert flash3.flash_attn_func is ops.flash_attn_func
+
+
+def test_cpu_tensor_is_rejected():
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"q: must be a CUDA tensor; got device cpu"):
+        flash3.flash_attn_func(*qkv())
+
+
+def test_float32_is_rejected_with_a_clear_message():
+    q, k, v = qkv(dtype=torch.float32, device="meta")
+    with pytest.raises(ValueError, match=r"q: dtype must be torch.float16 or torch.bfloat16; "
+                                         r"got torch.float32"):
+        flash3.flash_attn_func(q, k, v)
+
+
+@pytest.mark.parametrize("name", ["k", "v"])
+def test_dtype_mismatch_is_rejected(name):
+    tensors = dict(zip("qkv", qkv(device="meta")))
+    tensors[name] = tensors[name].half()
+    with pytest.raises(flash3.Flash3Error, match=rf"{name}: dtype must equal q's \(torch.bfloat16\); "
+                                                 r"got torch.float16"):
+        flash3.flash_attn_func(**tensors)
+
+
+def test_shape_disagreements_are_rejected():
+    q, k, v = qkv(device="meta")
+    with pytest.raises(flash3.Flash3Error, match=r"k: batch must equal q's \(2\); got 3"):
+        flash3.flash_attn_func(q, torch.cat([k, k[:1]]), torch.cat([v, v[:1]]))
+    with pytest.raises(flash3.Flash3Error, match=r"k: head_dim must equal q's \(64\); got 32"):
+        flash3.flash_attn_func(q, k[..., :32], v[..., :32])
+    with pytest.raises(flash3.Flash3Error, match=r"v: shape must equal k's \(2, 7, 2, 64\); got \(2, 6, 2, 64\)"):
+        flash3.flash_attn_func(q, k, v[:, :6])
+    with pytest.raises(flash3.Flash3Error, match=r"q: must be 4-d"):
+        flash3.flash_attn_func(q[0], k, v)
+
+
+def test_explicit_zero_scale_is_rejected():
+    with pytest.raises(flash3.Flash3Error, match=r"softmax_scale: must be nonzero"):
+        flash3.flash_attn_func(*qkv(device="meta"), softmax_scale=0.0)
+
+
+def test_meta_tensors_give_shapes():
+    q, k, v = qkv(batch=3, seqlen_q=11, seqlen_k=5, heads_q=8, heads_kv=2, head_dim=128,
+                  dtype=torch.float16, device="meta")
+    out, lse = flash3.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    assert out.shape == q.shape and out.dtype == torch.float16 and out.is_contiguous()
+    assert lse.shape == (3, 8, 11) and lse.dtype == torch.float32 and lse.is_contiguous()
+    assert flash3.flash_attn_func(q, k, v).shape == q.shape
+
+
+def test_fake_tensor_mode_gives_shapes_for_noncontiguous_inputs():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        packed = torch.empty(2, 9, 3, 4, 64, dtype=torch.bfloat16)
+        q, k, v = packed.unbind(2)
+        out, lse = torch.ops.flash3.fwd(q, k, v, None, False)
+    assert out.shape == (2, 9, 4, 64) and out.is_contiguous() and out.dtype == torch.bfloat16
+    assert lse.shape == (2, 4, 9) and lse.dtype == torch.float32
+
+
+def test_op_schema():
+    schema = str(torch.ops.flash3.fwd.default._schema)
+    assert schema == ("flash3::fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, "
+                      "bool causal) -> (Tensor, Tensor)"), schema
+
+
+def test_reference_matches_sdpa_math_in_fp64():
+    # The reference itself, on CPU: against torch's math SDPA with an explicit
+    # bottom-right mask (SDPA's is_causal is top-left aligned when sq != sk).
+    for seqlen_q, seqlen_k in [(5, 7), (7, 5), (6, 6)]:
+        q, k, v = (x.double() for x in qkv(seqlen_q=seqlen_q, seqlen_k=seqlen_k))
+        for causal in (False, True):
+            out, lse = attention_ref(q, k, v, causal=causal, compute_dtype=torch.float64)
+            mask = causal_mask(seqlen_q, seqlen_k, "cpu") if causal else None
+            kk, vv = (x.repeat_interleave(2, dim=2).transpose(1, 2) for x in (k, v))
+            want = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), kk, vv, attn_mask=mask).transpose(1, 2)
+            visible = causal_mask(seqlen_q, seqlen_k, "cpu").any(1) if causal else slice(None)
+            torch.testing.assert_close(out[:, visible], want[:, visible], rtol=0, atol=1e-12)
+            assert lse.shape == (2, 4, seqlen_q) and lse.dtype == torch.float64
+
+
+def test_reference_empty_rows_and_lowp_path():
+    q, k, v = qkv(seqlen_q=9, seqlen_k=4)
+    for upcast in (True, False):
+        out, lse = attention_ref(q, k, v, causal=True, upcast=upcast)
+        assert out.dtype == (torch.float32 if upcast else torch.bfloat16)
+        assert lse.dtype == torch.float32
+        assert (out[:, :5] == 0).all() and torch.isneginf(lse[:, :, :5]).all()
+        assert torch.isfinite(out).all() and torch.isfinite(lse[:, :, 5:]).all()
+    out, lse = attention_ref(*qkv(seqlen_k=0))
+    assert (out == 0).all() and torch.isneginf(lse).all()
+
+
+def test_fast_path_probes_exist():
+    # If torch renames them, flash_attn_func silently falls back to the op
+    # (~15-20 us slower per call); this makes that visible.
+    assert ops._probes is not None

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the device tool): GPU tests, compute-sanitizer
+# memcheck and racecheck on small odd shapes, then the benchmark. Expects a
+# build/ carried from the CPU machine; logs and results go to $OUT.
+# Usage: bash tools/device_run.sh [pytest|sanitize|bench]...   (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/flash3-device}
+mkdir -p "$out"
+export PYTHONPATH=$PWD/python FLASH3_LIBRARY=$PWD/build/libflash3.so PYTHONUNBUFFERED=1
+steps=${*:-pytest sanitize bench}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv >"$out/gpu.txt"
+for step in $steps; do
+  case $step in
+    pytest)
+      python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitizer_cases.py \
+          >"$out/sanitizer-$tool.log" 2>&1
+        echo "compute-sanitizer $tool: exit $?"; tail -3 "$out/sanitizer-$tool.log"
+      done ;;
+    bench)
+      python3 -m flash3.bench --json "$out/bench.json" --plot "$out/bench.png" 2>&1 |
+        tee "$out/bench.log" ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
