@@ -11,6 +11,7 @@
 #include "kernels/fragment_layout.cuh"
 #include "kernels/fwd_kernel_params.cuh"
 #include "kernels/online_softmax.cuh"
+#include "kernels/warp_scheduler.cuh"
 #include "kernels/wgmma_gemm.cuh"
 
 namespace flash3::kernels {
@@ -83,7 +84,8 @@ struct FwdMainloop {
   //
   // Intra-warpgroup overlap (FA3 paper, section 3.2): the WGMMAs of the next
   // S = Q K^T and of the current O += P V are in flight together while the
-  // softmax of the next block runs, so its exps hide under the GEMMs.
+  // softmax of the next block runs, so its exps hide under the GEMMs. On top,
+  // the two consumer warpgroups take turns issuing (PingPongScheduler).
   template <class Pipeline, class PipelineState, class FragO, class Softmax>
   CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
                                   int n_block_end, int thread, Pipeline& pipeline_k,
@@ -107,16 +109,20 @@ struct FwdMainloop {
     // P in registers, laid out as the A operand of O += P V.
     Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
 
+    PingPongScheduler const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
     Mask const mask{p.seqlen_q, p.seqlen_k};
     auto mask_and_softmax = [&](int n_block) {
       if (mask.needs_mask(tile.m_block, n_block)) mask.apply(scores, coords, tile.m_block, n_block);
       return softmax.step(scores);
     };
 
+    scheduler.start();
     smem.barrier_q.wait(0);
     int n_block = n_block_end - 1;
     pipeline_k.consumer_wait(read_k);
+    scheduler.wait_turn();
     warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
+    scheduler.pass_turn();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_s);
     pipeline_k.consumer_release(read_k);
@@ -126,9 +132,11 @@ struct FwdMainloop {
 
     for (--n_block; n_block >= 0; --n_block) {
       pipeline_k.consumer_wait(read_k);
-      warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
       pipeline_v.consumer_wait(read_v);
+      scheduler.wait_turn();
+      warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
       warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+      scheduler.pass_turn();
       warpgroup_wait<1>();  // S is ready; O += P V still runs
       warpgroup_fence_operand(acc_s);
       pipeline_k.consumer_release(read_k);
@@ -144,7 +152,9 @@ struct FwdMainloop {
     }
 
     pipeline_v.consumer_wait(read_v);
+    scheduler.wait_turn();
     warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+    scheduler.pass_last_turn();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_o);
     pipeline_v.consumer_release(read_v);
