@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool): GPU tests, compute-sanitizer
-# memcheck and racecheck on small odd shapes, then the benchmark. Expects a
+# memcheck, racecheck and synccheck on small odd shapes, then the benchmark. Expects a
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # Usage: bash tools/device_run.sh [pytest|sanitize|bench]...   (default: all)
 set -uo pipefail
@@ -15,7 +15,7 @@ for step in $steps; do
     pytest)
       python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" ;;
     sanitize)
-      for tool in memcheck racecheck; do
+      for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitizer_cases.py \
           >"$out/sanitizer-$tool.log" 2>&1
         echo "compute-sanitizer $tool: exit $?"; tail -3 "$out/sanitizer-$tool.log"
