@@ -2,6 +2,8 @@
 # One call on the GPU machine (the device tool): GPU tests, compute-sanitizer
 # memcheck, racecheck and synccheck on small odd shapes, then the benchmark. Expects a
 # build/ carried from the CPU machine; logs and results go to $OUT.
+# A hung kernel (a barrier bug) would otherwise eat the whole device budget:
+# every step has a timeout.
 # Usage: bash tools/device_run.sh [pytest|sanitize|bench]...   (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,15 +15,15 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv >"$
 for step in $steps; do
   case $step in
     pytest)
-      python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" ;;
+      timeout 300 python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitizer_cases.py \
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitizer_cases.py \
           >"$out/sanitizer-$tool.log" 2>&1
         echo "compute-sanitizer $tool: exit $?"; tail -3 "$out/sanitizer-$tool.log"
       done ;;
     bench)
-      python3 -m flash3.bench --json "$out/bench.json" --plot "$out/bench.png" 2>&1 |
+      timeout 300 python3 -m flash3.bench --json "$out/bench.json" --plot "$out/bench.png" 2>&1 |
         tee "$out/bench.log" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
