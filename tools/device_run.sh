@@ -4,14 +4,16 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|bench]...   (default: all)
+# Usage: bash tools/device_run.sh [pytest|sanitize|bench|ablation]...
+#        (default: pytest sanitize bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/flash3-device}
 mkdir -p "$out"
 export PYTHONPATH=$PWD/python FLASH3_LIBRARY=$PWD/build/libflash3.so PYTHONUNBUFFERED=1
 steps=${*:-pytest sanitize bench}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv >"$out/gpu.txt"
+# The device tool brings back at most 8 files: keep to pytest, sanitizer, bench.{log,json,png}.
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
 for step in $steps; do
   case $step in
     pytest)
@@ -19,12 +21,20 @@ for step in $steps; do
     sanitize)
       for tool in memcheck racecheck synccheck; do
         timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitizer_cases.py \
-          >"$out/sanitizer-$tool.log" 2>&1
-        echo "compute-sanitizer $tool: exit $?"; tail -3 "$out/sanitizer-$tool.log"
+          >"/tmp/sanitizer-$tool.log" 2>&1
+        echo "compute-sanitizer $tool: exit $?" | tee -a "$out/sanitizer.log"
+        tail -3 "/tmp/sanitizer-$tool.log" | tee -a "$out/sanitizer.log"
       done ;;
     bench)
       timeout 300 python3 -m flash3.bench --json "$out/bench.json" --plot "$out/bench.png" 2>&1 |
         tee "$out/bench.log" ;;
+    ablation)  # schedule variants carried in build-ablation/<name>/libflash3.so
+      for lib in build-ablation/*/libflash3.so; do
+        name=$(basename "$(dirname "$lib")")
+        echo "== ablation: $name"
+        FLASH3_LIBRARY=$PWD/$lib timeout 120 python3 -m flash3.bench --hdims 128 --seqlens 8192 \
+          --causal no --json "/tmp/ablation-$name.json" 2>&1 | tail -2
+      done ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -85,7 +85,8 @@ struct FwdMainloop {
   // Intra-warpgroup overlap (FA3 paper, section 3.2): the WGMMAs of the next
   // S = Q K^T and of the current O += P V are in flight together while the
   // softmax of the next block runs, so its exps hide under the GEMMs. On top,
-  // the two consumer warpgroups take turns issuing (PingPongScheduler).
+  // the two consumer warpgroups take turns issuing (PingPongScheduler). Both
+  // are switches in the traits so their effect can be measured.
   template <class Pipeline, class PipelineState, class FragO, class Softmax>
   CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
                                   int n_block_end, int thread, Pipeline& pipeline_k,
@@ -109,56 +110,86 @@ struct FwdMainloop {
     // P in registers, laid out as the A operand of O += P V.
     Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
 
-    PingPongScheduler const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
+    PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
     Mask const mask{p.seqlen_q, p.seqlen_k};
     auto mask_and_softmax = [&](int n_block) {
       if (mask.needs_mask(tile.m_block, n_block)) mask.apply(scores, coords, tile.m_block, n_block);
       return softmax.step(scores);
     };
-
-    scheduler.start();
-    smem.barrier_q.wait(0);
-    int n_block = n_block_end - 1;
-    pipeline_k.consumer_wait(read_k);
-    scheduler.wait_turn();
-    warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
-    scheduler.pass_turn();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_s);
-    pipeline_k.consumer_release(read_k);
-    ++read_k;
-    mask_and_softmax(n_block);  // O is still zero: its scale factor is moot
-    convert_fragment(acc_s, tOrP);
-
-    for (--n_block; n_block >= 0; --n_block) {
-      pipeline_k.consumer_wait(read_k);
-      pipeline_v.consumer_wait(read_v);
-      scheduler.wait_turn();
-      warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
-      warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
-      scheduler.pass_turn();
-      warpgroup_wait<1>();  // S is ready; O += P V still runs
+    // Operand waits stay outside the issue turn: a warpgroup holding the turn
+    // while its data is in flight would stall the other for nothing.
+    auto wait_k = [&] { pipeline_k.consumer_wait(read_k); };
+    auto wait_v = [&] { pipeline_v.consumer_wait(read_v); };
+    auto gemm_s = [&] { warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s); };
+    auto gemm_o = [&] { warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o); };
+    // After the matching warpgroup_wait: results readable, stage reusable.
+    auto s_done = [&] {
       warpgroup_fence_operand(acc_s);
       pipeline_k.consumer_release(read_k);
       ++read_k;
-      auto const o_scale = mask_and_softmax(n_block);
-      warpgroup_wait<0>();
+    };
+    auto o_done = [&] {
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
       pipeline_v.consumer_release(read_v);
       ++read_v;
-      scale_rows(as_rowcol(acc_o), o_scale);
-      convert_fragment(acc_s, tOrP);
-    }
+    };
 
-    pipeline_v.consumer_wait(read_v);
-    scheduler.wait_turn();
-    warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
-    scheduler.pass_last_turn();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_o);
-    pipeline_v.consumer_release(read_v);
-    ++read_v;
+    scheduler.start();
+    smem.barrier_q.wait(0);
+    if constexpr (Traits::kIntraWarpgroupOverlap) {
+      int n_block = n_block_end - 1;
+      wait_k();
+      scheduler.wait_turn();
+      gemm_s();
+      scheduler.pass_turn();
+      warpgroup_wait<0>();
+      s_done();
+      mask_and_softmax(n_block);  // O is still zero: its scale factor is moot
+      convert_fragment(acc_s, tOrP);
+      for (--n_block; n_block >= 0; --n_block) {
+        wait_k();
+        wait_v();
+        scheduler.wait_turn();
+        gemm_s();
+        gemm_o();
+        scheduler.pass_turn();
+        warpgroup_wait<1>();  // S is ready; O += P V still runs
+        s_done();
+        auto const o_scale = mask_and_softmax(n_block);
+        warpgroup_wait<0>();
+        o_done();
+        scale_rows(as_rowcol(acc_o), o_scale);
+        convert_fragment(acc_s, tOrP);
+      }
+      wait_v();
+      scheduler.wait_turn();
+      gemm_o();
+      scheduler.pass_last_turn();
+      warpgroup_wait<0>();
+      o_done();
+    } else {  // the ablation baseline: each GEMM waited for before the softmax
+      for (int n_block = n_block_end - 1; n_block >= 0; --n_block) {
+        wait_k();
+        scheduler.wait_turn();
+        gemm_s();
+        scheduler.pass_turn();
+        warpgroup_wait<0>();
+        s_done();
+        scale_rows(as_rowcol(acc_o), mask_and_softmax(n_block));
+        convert_fragment(acc_s, tOrP);
+        wait_v();
+        scheduler.wait_turn();
+        gemm_o();
+        if (n_block > 0) {
+          scheduler.pass_turn();
+        } else {
+          scheduler.pass_last_turn();
+        }
+        warpgroup_wait<0>();
+        o_done();
+      }
+    }
   }
 };
 

@@ -10,6 +10,16 @@
 
 #include "kernels/tile_config.h"
 
+// Schedule switches of the forward mainloop; compile-time so that the
+// ablation in docs/performance.md can build each variant (CMake options
+// FLASH3_FWD_PINGPONG / FLASH3_FWD_OVERLAP). Both on is the shipped kernel.
+#ifndef FLASH3_FWD_PINGPONG
+#define FLASH3_FWD_PINGPONG 1
+#endif
+#ifndef FLASH3_FWD_OVERLAP
+#define FLASH3_FWD_OVERLAP 1
+#endif
+
 namespace flash3::kernels {
 
 using namespace cute;
@@ -25,6 +35,9 @@ struct FwdTraits {
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.kv_stages;
+
+  static constexpr bool kPingPong = FLASH3_FWD_PINGPONG;
+  static constexpr bool kIntraWarpgroupOverlap = FLASH3_FWD_OVERLAP;
 
   static constexpr int kNumConsumerWarpgroups = 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;

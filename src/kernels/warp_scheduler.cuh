@@ -12,6 +12,8 @@ namespace flash3::kernels {
 // Named-barrier ids (CUTLASS adds its reserved count).
 enum class FwdNamedBarrier : uint32_t { kConsumer0Turn = 0, kConsumer1Turn = 1 };
 
+// kEnabled = false: every call is a no-op (the ablation without ping-pong).
+template <bool kEnabled>
 struct PingPongScheduler {
   static constexpr uint32_t kThreads = 2 * cutlass::NumThreadsPerWarpGroup;
   int warpgroup;  // 0 or 1 among the consumers
@@ -21,13 +23,13 @@ struct PingPongScheduler {
   }
   // Consumer 0 goes first.
   CUTE_DEVICE void start() const {
-    if (warpgroup == 1) cutlass::arch::NamedBarrier::arrive(kThreads, turn_of(0));
+    if (kEnabled && warpgroup == 1) cutlass::arch::NamedBarrier::arrive(kThreads, turn_of(0));
   }
   CUTE_DEVICE void wait_turn() const {
-    cutlass::arch::NamedBarrier::arrive_and_wait(kThreads, turn_of(warpgroup));
+    if (kEnabled) cutlass::arch::NamedBarrier::arrive_and_wait(kThreads, turn_of(warpgroup));
   }
   CUTE_DEVICE void pass_turn() const {
-    cutlass::arch::NamedBarrier::arrive(kThreads, turn_of(1 - warpgroup));
+    if (kEnabled) cutlass::arch::NamedBarrier::arrive(kThreads, turn_of(1 - warpgroup));
   }
   // After the last GEMMs of a tile: consumer 1's hand-over would have no
   // taker, and would leave the barrier half-arrived.
