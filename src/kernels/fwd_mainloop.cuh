@@ -84,9 +84,9 @@ struct FwdMainloop {
   //
   // Intra-warpgroup overlap (FA3 paper, section 3.2): the WGMMAs of the next
   // S = Q K^T and of the current O += P V are in flight together while the
-  // softmax of the next block runs, so its exps hide under the GEMMs. On top,
-  // the two consumer warpgroups take turns issuing (PingPongScheduler). Both
-  // are switches in the traits so their effect can be measured.
+  // softmax of the next block runs, so its exps hide under the GEMMs. Optionally
+  // (off: measured slower) the two consumer warpgroups take turns issuing
+  // (PingPongScheduler). Both are traits switches so the ablation can build them.
   template <class Pipeline, class PipelineState, class FragO, class Softmax>
   CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
                                   int n_block_end, int thread, Pipeline& pipeline_k,
