@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Checks the SASS of libflash3.so's forward attention kernels.
+"""Checks the SASS of libflash3.so's attention kernels.
 
-Every forward kernel (a function whose mangled name contains "fwd", any case,
-and not "empty": the empty-keys fill kernel is not a hot kernel) must
+Every attention kernel (a function whose mangled name contains "fwd_kernel"
+or "bwd_kernel", any case: the main forward and backward kernels, not the
+small fill / preprocessing ones) must
   - use the tensor cores through WGMMA (HGMMA, or QGMMA for fp8),
   - load with TMA (UTMALDG),
   - not spill to local memory (no LDL / STL).
-Prints one row per kernel; exits 1 on any failure or when no forward kernel
-is found (an empty library must not pass).
+Prints one row per kernel; exits 1 on any failure or when no attention
+kernel is found (an empty library must not pass).
 
 cuobjdump comes from $CUOBJDUMP, PATH, or the PyPI package
 nvidia-cuda-cuobjdump; it needs nvdisasm (PyPI: nvidia-cuda-nvdisasm).
@@ -90,9 +91,11 @@ def split_kernels(sass):
     return kernels
 
 
-def is_forward_kernel(name):
-    lower = name.lower()
-    return "fwd" in lower and "empty" not in lower
+ATTENTION_KERNEL_RE = re.compile(r"(fwd|bwd)_kernel", re.IGNORECASE)
+
+
+def is_attention_kernel(name):
+    return ATTENTION_KERNEL_RE.search(name) is not None
 
 
 def check_kernel(counts):
@@ -130,29 +133,29 @@ def without_arguments(signature):
 
 
 def report(kernels, out=sys.stdout):
-    """Prints the table; returns True when every forward kernel passes and there is one."""
+    """Prints the table; returns True when every attention kernel passes and there is one."""
     names = sorted(kernels)
     pretty = {n: without_arguments(p) for n, p in demangle(names).items()}
-    forward = [n for n in names if is_forward_kernel(n)]
+    checked = [n for n in names if is_attention_kernel(n)]
     width = min(100, max([len(pretty[n]) for n in names] + [6]))
     print(f"{'kernel':<{width}}  {'GMMA':>5} {'TMALD':>5} {'LDL':>4} {'STL':>4}  verdict", file=out)
-    ok = bool(forward)
+    ok = bool(checked)
     for n in names:
         c = kernels[n]
-        if is_forward_kernel(n):
+        if is_attention_kernel(n):
             problems = check_kernel(c)
             verdict = "ok" if not problems else "FAIL: " + ", ".join(problems)
             ok = ok and not problems
         else:
-            verdict = "not checked (not a forward kernel)"
+            verdict = "not checked (not an attention kernel)"
         label = pretty[n] if len(pretty[n]) <= width else pretty[n][: width - 3] + "..."
         gmma = sum(c.get(op, 0) for op in GMMA)
         print(f"{label:<{width}}  {gmma:>5} {c.get(TMA_LOAD, 0):>5} {c.get('LDL', 0):>4} "
               f"{c.get('STL', 0):>4}  {verdict}", file=out)
-    if not forward:
-        print("FAIL: no forward attention kernel (name containing 'fwd', not 'empty') in the SASS",
+    if not checked:
+        print("FAIL: no attention kernel (name containing 'fwd_kernel' or 'bwd_kernel') in the SASS",
               file=out)
-    print(f"check_sass: {len(forward)} forward kernel(s), {'PASS' if ok else 'FAIL'}", file=out)
+    print(f"check_sass: {len(checked)} attention kernel(s), {'PASS' if ok else 'FAIL'}", file=out)
     return ok
 
 
@@ -163,14 +166,14 @@ arch = sm_90a
 identifier = fwd_bf16_hdim128.cu
 
 	code for sm_90a
-		Function : _ZN6flash37kernels9FwdKernelILi128EEEvv
+		Function : _ZN6flash37kernels10fwd_kernelILi128EEEvv
 	.headerflags	@"EF_CUDA_SM90"
         /*0000*/                   LDC R1, c[0x0][0x28] ;
         /*0010*/              @!P0 UTMALDG.2D [UR8], [UR4] ;
         /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
         /*0030*/             @!UP0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
         /*0040*/                   EXIT ;
-		Function : _ZN6flash37kernels9FwdKernelILi256EEEvv
+		Function : _ZN6flash37kernels10bwd_kernelILi256EEEvv
         /*0000*/                   UTMALDG.2D [UR8], [UR4] ;
         /*0010*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
         /*0020*/                   STL [R1+0x10], R4 ;
@@ -182,7 +185,7 @@ Fatbin elf code:
 	code for sm_90a
 		Function : _ZN6flash37kernels17fwd_empty_keys_kernelEv
         /*0000*/                   STG.E [R2.64], RZ ;
-		Function : _ZN6flash37kernels14fwd_scalar_tmpEv
+		Function : _ZN6flash37kernels17fwd_kernel_scalarEv
         /*0000*/                   FFMA R0, R1, R2, R3 ;
 		Function : _ZN6flash37kernels11copy_kernelEv
         /*0000*/                   STL [R1], R0 ;
@@ -193,25 +196,26 @@ def self_test():
     import io
     kernels = split_kernels(FAKE_SASS)
     assert set(kernels) == {
-        "_ZN6flash37kernels9FwdKernelILi128EEEvv", "_ZN6flash37kernels9FwdKernelILi256EEEvv",
-        "_ZN6flash37kernels17fwd_empty_keys_kernelEv", "_ZN6flash37kernels14fwd_scalar_tmpEv",
+        "_ZN6flash37kernels10fwd_kernelILi128EEEvv", "_ZN6flash37kernels10bwd_kernelILi256EEEvv",
+        "_ZN6flash37kernels17fwd_empty_keys_kernelEv", "_ZN6flash37kernels17fwd_kernel_scalarEv",
         "_ZN6flash37kernels11copy_kernelEv"}, kernels
-    good = kernels["_ZN6flash37kernels9FwdKernelILi128EEEvv"]
+    good = kernels["_ZN6flash37kernels10fwd_kernelILi128EEEvv"]
     assert good == {"LDC": 1, "UTMALDG": 1, "HGMMA": 2, "EXIT": 1}, good  # predicated ones count
     assert check_kernel(good) == []
-    assert check_kernel(kernels["_ZN6flash37kernels9FwdKernelILi256EEEvv"]) == [
+    assert check_kernel(kernels["_ZN6flash37kernels10bwd_kernelILi256EEEvv"]) == [
         "2 LDL (local-memory spill)", "1 STL (local-memory spill)"]
-    assert check_kernel(kernels["_ZN6flash37kernels14fwd_scalar_tmpEv"]) == ["no HGMMA/QGMMA", "no UTMALDG"]
+    assert check_kernel(kernels["_ZN6flash37kernels17fwd_kernel_scalarEv"]) == ["no HGMMA/QGMMA", "no UTMALDG"]
     assert check_kernel({"QGMMA": 4, "UTMALDG": 1}) == []  # fp8 kernels use QGMMA
-    assert not is_forward_kernel("_ZN6flash37kernels17fwd_empty_keys_kernelEv")
-    assert not is_forward_kernel("_ZN6flash37kernels11copy_kernelEv")
-    assert is_forward_kernel("_ZN6flash37kernels10fwd_kernelIiEEvv")
+    assert not is_attention_kernel("_ZN6flash37kernels17fwd_empty_keys_kernelEv")
+    assert not is_attention_kernel("_ZN6flash37kernels11copy_kernelEv")
+    assert not is_attention_kernel("_ZN6flash37kernels20bwd_row_stats_kernelIiEEvv")
+    assert is_attention_kernel("_ZN6flash37kernels10fwd_kernelIiEEvv")
     assert without_arguments("void f<int>(P<(int)1>)") == "void f<int>"
 
     sink = io.StringIO()
-    assert report({"_ZN6flash37kernels9FwdKernelILi128EEEvv": good}, sink)
-    assert not report(kernels, sink)  # one bad forward kernel fails the whole check
-    assert not report({"_ZN6flash37kernels11copy_kernelEv": {}}, sink)  # no forward kernel
+    assert report({"_ZN6flash37kernels10fwd_kernelILi128EEEvv": good}, sink)
+    assert not report(kernels, sink)  # one bad attention kernel fails the whole check
+    assert not report({"_ZN6flash37kernels11copy_kernelEv": {}}, sink)  # no attention kernel
     assert not report({}, sink)
     assert not report(split_kernels(""), sink)
     assert "FAIL: 2 LDL (local-memory spill), 1 STL (local-memory spill)" in sink.getvalue()

@@ -4,15 +4,16 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|bench|ablation]...
-#        (default: pytest sanitize bench)
+# Usage: bash tools/device_run.sh [pytest|sanitize|bench|bench_bwd|ablation]...
+#        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/flash3-device}
 mkdir -p "$out"
 export PYTHONPATH=$PWD/python FLASH3_LIBRARY=$PWD/build/libflash3.so PYTHONUNBUFFERED=1
-steps=${*:-pytest sanitize bench}
-# The device tool brings back at most 8 files: keep to pytest, sanitizer, bench.{log,json,png}.
+steps=${*:-pytest sanitize bench bench_bwd}
+# The device tool brings back at most 8 files: pytest, sanitizer, bench.{log,json,png},
+# bench_bwd.{log,json}.
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
 for step in $steps; do
   case $step in
@@ -28,6 +29,9 @@ for step in $steps; do
     bench)
       timeout 300 python3 -m flash3.bench --json "$out/bench.json" --plot "$out/bench.png" 2>&1 |
         tee "$out/bench.log" ;;
+    bench_bwd)
+      timeout 300 python3 -m flash3.bench --bwd --json "$out/bench_bwd.json" 2>&1 |
+        tee "$out/bench_bwd.log" ;;
     ablation)  # schedule variants carried in build-ablation/<name>/libflash3.so
       for lib in build-ablation/*/libflash3.so; do
         name=$(basename "$(dirname "$lib")")

@@ -71,6 +71,41 @@ FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params);
  * stream). Asynchronous: no host synchronization, no allocation. */
 FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream);
 
+typedef struct flash3_bwd_params {
+  uint64_t struct_size;     /* sizeof(flash3_bwd_params) as the caller compiled it */
+  flash3_tensor q;          /* the forward's inputs and output */
+  flash3_tensor k;
+  flash3_tensor v;
+  flash3_tensor out;
+  flash3_tensor dout;       /* gradient with respect to out, shaped like out */
+  const float* lse;         /* the forward's LSE: (batch, num_heads_q, seqlen_q) fp32, contiguous */
+  flash3_tensor dq;         /* outputs, shaped like q, k, v */
+  flash3_tensor dk;
+  flash3_tensor dv;
+  int32_t dtype;
+  int32_t batch;
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t num_heads_q;
+  int32_t num_heads_kv;
+  int32_t head_dim;
+  float softmax_scale;      /* 0 selects 1/sqrt(head_dim); must match the forward's */
+  int32_t causal;
+  int32_t deterministic;    /* nonzero: bitwise-reproducible dq */
+  void* workspace;          /* device memory of flash3_bwd_workspace_size() bytes */
+  uint64_t workspace_bytes;
+} flash3_bwd_params;
+
+FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);
+
+/* Bytes of device workspace flash3_bwd needs for these sizes (0 when none). */
+FLASH3_API flash3_status flash3_bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes);
+
+/* Gradients dq, dk, dv on `stream`. Asynchronous: no host synchronization,
+ * no allocation (the caller passes the workspace). With GQA, dk and dv are
+ * summed over the query heads of each KV head. */
+FLASH3_API flash3_status flash3_bwd(const flash3_bwd_params* params, void* stream);
+
 FLASH3_API const char* flash3_last_error(void);
 FLASH3_API int flash3_abi_version(void);
 FLASH3_API const char* flash3_version(void);

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace flash3 {
@@ -44,6 +45,40 @@ struct ForwardParams {
 // is in last_error(). batch == 0 or seqlen_q == 0 is a no-op; seqlen_k == 0
 // writes out = 0 and lse = -inf (rows that see no key).
 Status forward(const ForwardParams& params, cudaStream_t stream);
+
+struct BackwardParams {
+  Tensor4d q;     // (batch, seqlen_q, heads_q, head_dim), as given to forward
+  Tensor4d k;     // (batch, seqlen_k, heads_kv, head_dim)
+  Tensor4d v;     // (batch, seqlen_k, heads_kv, head_dim)
+  Tensor4d out;   // forward's output
+  Tensor4d dout;  // gradient of the loss with respect to out
+  const float* lse = nullptr;  // forward's LSE: (batch, heads_q, seqlen_q) fp32 contiguous
+  Tensor4d dq;    // outputs, shaped like q, k and v
+  Tensor4d dk;
+  Tensor4d dv;
+  DType dtype = DType::kBFloat16;
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  float softmax_scale = 0.f;   // 0 selects 1/sqrt(head_dim); must match the forward's
+  bool causal = false;
+  bool deterministic = false;  // bitwise-reproducible dq (key blocks add in a fixed order)
+  void* workspace = nullptr;   // device memory of at least backward_workspace_size() bytes
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of device workspace backward() needs for these sizes (batch,
+// seqlen_q, heads_q, head_dim); 0 when nothing is needed or the sizes are invalid.
+size_t backward_workspace_size(const BackwardParams& params);
+
+// Gradients dq, dk, dv of attention on `stream`; same rules as forward().
+// Asynchronous, no host synchronization, no allocation (the caller passes the
+// workspace), so it can be captured in a CUDA graph. With GQA, dk and dv are
+// summed over the query heads that share a KV head.
+Status backward(const BackwardParams& params, cudaStream_t stream);
 
 // Message of the last failing call on this thread ("" after a success).
 const char* last_error();

@@ -101,6 +101,38 @@ class FwdParams(ctypes.Structure):
         super().__init__(struct_size=ctypes.sizeof(FwdParams), **fields)
 
 
+class BwdParams(ctypes.Structure):
+    """flash3_bwd_params, field for field (same order, same C types)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("out", Tensor),
+        ("dout", Tensor),
+        ("lse", ctypes.c_void_p),
+        ("dq", Tensor),
+        ("dk", Tensor),
+        ("dv", Tensor),
+        ("dtype", ctypes.c_int32),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("num_heads_q", ctypes.c_int32),
+        ("num_heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_uint64),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(BwdParams), **fields)
+
+
 # The hot path fills FwdParams with one struct.pack_into call instead of ~30
 # ctypes attribute stores (each a few hundred ns; nested-struct access also
 # allocates a proxy object). Layout: struct_size, then q, k, v, out as
@@ -149,6 +181,12 @@ def _declare(lib):
     # params passed as a plain address: cheaper per call than byref() checks.
     lib.flash3_fwd.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.flash3_fwd.restype = ctypes.c_int
+    lib.flash3_bwd_params_init.argtypes = [ctypes.POINTER(BwdParams)]
+    lib.flash3_bwd_params_init.restype = None
+    lib.flash3_bwd_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+    lib.flash3_bwd_workspace_size.restype = ctypes.c_int
+    lib.flash3_bwd.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.flash3_bwd.restype = ctypes.c_int
     lib.flash3_last_error.argtypes = []
     lib.flash3_last_error.restype = ctypes.c_char_p
     lib.flash3_abi_version.argtypes = []
@@ -233,6 +271,19 @@ def params_init():
 def fwd(params, stream=None):
     """flash3_fwd on a FwdParams; raises Flash3Error on failure."""
     raise_for_status(library().flash3_fwd(ctypes.addressof(params), stream))
+
+
+def bwd_workspace_size(params):
+    """Bytes of workspace flash3_bwd needs for a BwdParams' sizes."""
+    size = ctypes.c_uint64(0)
+    raise_for_status(
+        library().flash3_bwd_workspace_size(ctypes.addressof(params), ctypes.byref(size)))
+    return size.value
+
+
+def bwd(params, stream=None):
+    """flash3_bwd on a BwdParams; raises Flash3Error on failure."""
+    raise_for_status(library().flash3_bwd(ctypes.addressof(params), stream))
 
 
 class FwdLauncher:

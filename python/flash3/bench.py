@@ -1,9 +1,13 @@
-"""`python -m flash3.bench`: forward TFLOP/s of flash3 against torch SDPA's
-cuDNN and FlashAttention-2 backends on the training shapes of DESIGN.md 4.
+"""`python -m flash3.bench`: forward (or, with --bwd, backward) TFLOP/s of
+flash3 against torch SDPA's cuDNN and FlashAttention-2 backends on the
+training shapes of DESIGN.md 4.
 
 Every backend is timed in the same process on the same inputs, through the
 call a user would make (flash3.flash_attn_func; F.scaled_dot_product_attention
-on (b, h, s, d) views), so host overhead is included. Absolute numbers drift
+on (b, h, s, d) views), so host overhead is included. The backward is timed
+as torch.autograd.grad of one forward's output (retain_graph), so it
+includes each backend's backward preprocessing; its FLOPs are 2.5 x the
+forward's (DESIGN.md 4). Absolute numbers drift
 between runs; the ratios within one run are what to compare.
 """
 
@@ -40,6 +44,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="few shapes, shorter timing")
     p.add_argument("--check", action="store_true",
                    help="compare flash3 with SDPA's output on each shape before timing")
+    p.add_argument("--bwd", action="store_true",
+                   help="time the backward (dq, dk, dv) instead of the forward")
     p.add_argument("--overhead", action="store_true",
                    help="only measure host overhead: wall time per call of a tiny attention")
     args = p.parse_args(argv)
@@ -123,6 +129,14 @@ def _backend_calls(torch, q, k, v, causal):
         "cudnn": (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION), sdpa),
         "fa2": (lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION), sdpa),
     }
+
+
+def _backward_call(torch, fwd, leaves):
+    """Runs the forward once (in the caller's backend context) and returns a
+    call that computes the gradients of its output again and again."""
+    out = fwd()
+    dout = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
 
 
 def _sdpa_out_layout(out):
@@ -265,7 +279,10 @@ def run(args):
     if (major, minor) != (9, 0):
         print(f"warning: flash3 needs an NVIDIA Hopper GPU (sm_90); found {env['device']} "
               f"(sm_{major}{minor}): flash3 will show n/a", file=sys.stderr, flush=True)
-    print(f"flash3 bench: {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
+    env["pass"] = "backward" if args.bwd else "forward"
+    if args.bwd:
+        env["flops"] = "2.5 x forward: 10*b*h*sq*sk*d, halved for causal with sq == sk"
+    print(f"flash3 bench: {env['pass']}, {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
           f"cuDNN {env['cudnn']}, {timer_name}; TFLOP/s", flush=True)
     print(_HEADER, flush=True)
 
@@ -274,17 +291,22 @@ def run(args):
     results, failed_checks = [], 0
     for shape in training_shapes(args.hdims, args.seqlens, causal_modes):
         b, s, h, d = shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"]
-        q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda") for _ in range(3))
+        q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda", requires_grad=args.bwd)
+                   for _ in range(3))
         calls = _backend_calls(torch, q, k, v, shape["causal"])
         check = _check(torch, calls, args.dtype, log) if args.check else None
         if check is not None and not check["ok"]:
             failed_checks += 1
         flops = forward_flops(b, h, s, s, d, shape["causal"])
+        if args.bwd:
+            flops = flops * 5 // 2
         ms, tflops = {}, {}
         for name, (context, fn) in calls.items():
             try:
                 with context():
-                    ms[name] = time_ms(fn)
+                    timed = _backward_call(torch, fn, (q, k, v)) if args.bwd else fn
+                    ms[name] = time_ms(timed)
+                    del timed
                 tflops[name] = flops / (ms[name] * 1e-3) / 1e12
             except Exception as e:  # noqa: BLE001 - a backend may not support a shape
                 log(name, e)
@@ -297,7 +319,7 @@ def run(args):
         json.dump({"environment": env, "results": results}, f, indent=1)
     print(f"wrote {args.json}", flush=True)
     if args.plot:
-        plot(results, args.plot, f"{env['device']}, {args.dtype}")
+        plot(results, args.plot, f"{env['pass']}, {env['device']}, {args.dtype}")
         print(f"wrote {args.plot}", flush=True)
     if failed_checks:
         print(f"{failed_checks} shape(s) failed --check", file=sys.stderr)
@@ -331,7 +353,7 @@ def plot(results, path, title):
             ax.set_ylabel("TFLOP/s")
             ax.grid(True, alpha=0.3)
             ax.legend()
-    fig.suptitle(f"forward, {title}")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,4 +1,5 @@
-"""PyTorch entry points: the `flash3::fwd` custom op and flash_attn_func.
+"""PyTorch entry points: the `flash3::fwd` and `flash3::bwd` custom ops
+(autograd registered on fwd) and flash_attn_func.
 
 Division of labour (DESIGN.md section 1): the C library validates everything
 it can see (head dim, head divisibility, strides, alignment, GPU). This
@@ -142,20 +143,126 @@ def fwd(
     v: torch.Tensor,
     softmax_scale: Optional[float],
     causal: bool,
+    deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward. q (b, sq, hq, d); k, v (b, sk, hkv, d).
-    Returns out (b, sq, hq, d) contiguous in q's dtype and lse (b, hq, sq) fp32."""
+    Returns out (b, sq, hq, d) contiguous in q's dtype and lse (b, hq, sq) fp32.
+    `deterministic` only affects the backward (bitwise-reproducible dq)."""
     return _forward(q, k, v, softmax_scale, causal)
 
 
 @fwd.register_fake
-def _fwd_fake(q, k, v, softmax_scale, causal):
+def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False):
     _check_inputs(q, k, v, need_cuda=False)
     _abi_scale(softmax_scale)
     batch, seqlen_q, num_heads_q, _ = q.shape
     out = q.new_empty(q.shape)
     lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
     return out, lse
+
+
+def _dense(t):
+    # Gradients from autograd may be expanded (stride 0) or transposed; the
+    # kernels need the last dim contiguous and 16-byte aligned rows.
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _check_bwd_inputs(dout, q, out, lse):
+    """What the C ABI cannot see of the backward's extra tensors: their shapes
+    and dtypes (it has one set of sizes, and lse is a bare pointer)."""
+    for name, t in (("out", out), ("dout", dout)):
+        if t.shape != q.shape:
+            raise _invalid(f"{name}: shape must equal q's {tuple(q.shape)}; got {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
+        if t.device != q.device:
+            raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
+    batch, seqlen_q, num_heads_q, _ = q.shape
+    expected = (batch, num_heads_q, seqlen_q)
+    if tuple(lse.shape) != expected or lse.dtype != _FLOAT32 or not lse.is_contiguous():
+        raise _invalid(
+            f"lse: expected the forward's LSE, a contiguous float32 tensor of shape {expected}; "
+            f"got {lse.dtype} {tuple(lse.shape)}{'' if lse.is_contiguous() else ' non-contiguous'}")
+    if lse.device != q.device:
+        raise _invalid(f"lse: must be on q's device ({q.device}); got {lse.device}")
+
+
+def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
+    """The eager implementation of flash3::bwd: allocate dq, dk, dv and the
+    workspace, launch flash3_bwd on the current stream."""
+    _check_inputs(q, k, v, need_cuda=True)
+    _check_bwd_inputs(dout, q, out, lse)
+    batch, seqlen_q, num_heads_q, head_dim = q.shape
+    _, seqlen_k, num_heads_kv, _ = k.shape
+    dout = _dense(dout)
+    dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    dk = torch.empty_like(k, memory_format=_CONTIGUOUS)
+    dv = torch.empty_like(v, memory_format=_CONTIGUOUS)
+    params = _lib.BwdParams(
+        dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
+        softmax_scale=_abi_scale(softmax_scale), causal=1 if causal else 0,
+        deterministic=1 if deterministic else 0, lse=lse.data_ptr())
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                    ("dq", dq), ("dk", dk), ("dv", dv)):
+        field = getattr(params, name)
+        field.data = t.data_ptr()
+        field.stride[:] = t.stride()
+    workspace = q.new_empty((_lib.bwd_workspace_size(params),), dtype=torch.uint8)
+    params.workspace = workspace.data_ptr()
+    params.workspace_bytes = workspace.numel()
+    device = q.get_device()
+    with torch.cuda.device(device):
+        _lib.bwd(params, _raw_stream(device))
+    return dq, dk, dv
+
+
+@torch.library.custom_op("flash3::bwd", mutates_args=())
+def bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    softmax_scale: Optional[float],
+    causal: bool,
+    deterministic: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention backward: (dq, dk, dv) for the forward that gave out, lse.
+    With GQA, dk and dv are summed over the query heads of each KV head."""
+    return _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic)
+
+
+@bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
+    _check_inputs(q, k, v, need_cuda=False)
+    _check_bwd_inputs(dout, q, out, lse)
+    return (torch.empty_like(q, memory_format=_CONTIGUOUS),
+            torch.empty_like(k, memory_format=_CONTIGUOUS),
+            torch.empty_like(v, memory_format=_CONTIGUOUS))
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    q, k, v, softmax_scale, causal, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.softmax_scale = softmax_scale
+    ctx.causal = causal
+    ctx.deterministic = deterministic
+    # The LSE is an output for inspection (and ring attention's merge), not
+    # something gradients flow through.
+    ctx.mark_non_differentiable(lse)
+
+
+def _fwd_backward(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.flash3.bwd.default(
+        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic)
+    return dq, dk, dv, None, None, None
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 
 
 # The OpOverload skips CustomOpDef.__call__'s extra Python layer.
@@ -184,7 +291,7 @@ def _can_skip_dispatcher(q, k, v):
     could intercept it: torch.compile/dynamo tracing, tensor subclasses
     (FakeTensor, DTensor), TorchDispatchMode/TorchFunctionMode, functorch
     transforms (vmap, grad), non-CUDA tensors (meta goes to the fake),
-    inputs that require grad (the autograd registration, when it lands),
+    inputs that require grad (the op carries the autograd registration),
     torch.jit tracing, and a running torch.profiler (so traces show
     flash3::fwd by name).
     If torch moves the private probes, every call takes the op path.
@@ -202,7 +309,8 @@ def _can_skip_dispatcher(q, k, v):
     )
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False):
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
+                    deterministic=False):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv,
@@ -214,9 +322,11 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False)
     j <= i + seqlen_k - seqlen_q); rows that see no key give 0 and lse -inf.
     Returns out (contiguous, q's dtype), or (out, lse) with lse (batch,
     heads_q, seqlen_q) fp32 natural log when return_lse is true.
+    Differentiable in q, k, v (lse is not); deterministic=True makes the
+    backward bitwise reproducible (dq accumulates in a fixed order).
     """
     if _can_skip_dispatcher(q, k, v):
         out, lse = _forward(q, k, v, softmax_scale, causal)
     else:
-        out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal))
+        out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic))
     return (out, lse) if return_lse else out

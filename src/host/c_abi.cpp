@@ -1,5 +1,5 @@
 // The extern "C" surface of flash3.h: checks what only the C side can get
-// wrong (NULL params, struct_size), converts, and calls flash3::forward.
+// wrong (NULL params, struct_size), converts, and calls the C++ API.
 #include <cstddef>
 #include <cstring>
 
@@ -12,11 +12,15 @@ namespace {
 using flash3::host::cat;
 using flash3::host::CheckResult;
 
-// Size of flash3_fwd_params in ABI v1. Frozen: later versions append fields,
+// Sizes of the params structs in ABI v1. Frozen: later versions append fields,
 // and callers compiled against v1 keep passing this size.
 constexpr uint64_t kFwdParamsSizeV1 = 216;
 static_assert(FLASH3_ABI_VERSION != 1 || sizeof(flash3_fwd_params) == kFwdParamsSizeV1,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep v1 callers working");
+
+constexpr uint64_t kBwdParamsSizeV1 = 392;
+static_assert(FLASH3_ABI_VERSION != 1 || sizeof(flash3_bwd_params) == kBwdParamsSizeV1,
+              "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep v1 callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
 static_assert(FLASH3_OK == static_cast<int>(flash3::Status::kOk));
@@ -57,29 +61,93 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   return out;
 }
 
-flash3_status fwd(const flash3_fwd_params* params, void* stream) {
+flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
+  flash3::BackwardParams out;
+  out.q = to_cpp(p.q);
+  out.k = to_cpp(p.k);
+  out.v = to_cpp(p.v);
+  out.out = to_cpp(p.out);
+  out.dout = to_cpp(p.dout);
+  out.lse = p.lse;
+  out.dq = to_cpp(p.dq);
+  out.dk = to_cpp(p.dk);
+  out.dv = to_cpp(p.dv);
+  out.dtype = static_cast<flash3::DType>(p.dtype);
+  out.batch = p.batch;
+  out.seqlen_q = p.seqlen_q;
+  out.seqlen_k = p.seqlen_k;
+  out.heads_q = p.num_heads_q;
+  out.heads_kv = p.num_heads_kv;
+  out.head_dim = p.head_dim;
+  out.softmax_scale = p.softmax_scale;
+  out.causal = p.causal != 0;
+  out.deterministic = p.deterministic != 0;
+  out.workspace = p.workspace;
+  out.workspace_bytes = static_cast<size_t>(p.workspace_bytes);
+  return out;
+}
+
+// Copies the fields this library knows out of a caller's params struct of
+// type Struct (`name`), after checking its struct_size: at least the v1 size,
+// and any bytes beyond what this library knows must be zero (they would be
+// features it cannot honour; ignoring them could give a silently wrong result).
+template <class Struct>
+flash3_status read_params(const Struct* params, const char* name, uint64_t v1_size, Struct* known) {
   if (params == nullptr)
     return fail(flash3::Status::kInvalidArgument,
-                "params: expected a pointer to flash3_fwd_params; got NULL");
+                cat("params: expected a pointer to ", name, "; got NULL"));
   const uint64_t size = params->struct_size;
-  if (size < kFwdParamsSizeV1)
+  if (size < v1_size)
     return fail(flash3::Status::kInvalidArgument,
-                cat("params->struct_size: expected at least ", kFwdParamsSizeV1,
-                    " (sizeof(flash3_fwd_params) in ABI v1; call flash3_fwd_params_init); got ",
-                    size));
-  // A caller built against a newer header may pass a larger struct. Its extra
-  // fields are features this library does not know; ignoring them could give a
-  // silently wrong result, so they must be zero (their defaults).
+                cat("params->struct_size: expected at least ", v1_size, " (sizeof(", name,
+                    ") in ABI v1; call ", name, "_init); got ", size));
   const auto* bytes = reinterpret_cast<const unsigned char*>(params);
-  for (uint64_t i = sizeof(flash3_fwd_params); i < size; ++i)
+  for (uint64_t i = sizeof(Struct); i < size; ++i)
     if (bytes[i] != 0)
       return fail(flash3::Status::kUnsupported,
                   cat("params->struct_size: ", size, " bytes, with fields set beyond the ",
-                      sizeof(flash3_fwd_params), " bytes this library knows (ABI v",
-                      FLASH3_ABI_VERSION, "); upgrade flash3 or leave the newer fields zero"));
+                      sizeof(Struct), " bytes this library knows (ABI v", FLASH3_ABI_VERSION,
+                      "); upgrade flash3 or leave the newer fields zero"));
+  std::memcpy(known, params, sizeof(Struct));
+  return FLASH3_OK;
+}
+
+flash3_status fwd(const flash3_fwd_params* params, void* stream) {
   flash3_fwd_params known{};
-  std::memcpy(&known, params, sizeof(known));
+  if (flash3_status s = read_params(params, "flash3_fwd_params", kFwdParamsSizeV1, &known); s != FLASH3_OK)
+    return s;
   return static_cast<flash3_status>(flash3::forward(to_cpp(known), static_cast<cudaStream_t>(stream)));
+}
+
+flash3_status bwd(const flash3_bwd_params* params, void* stream) {
+  flash3_bwd_params known{};
+  if (flash3_status s = read_params(params, "flash3_bwd_params", kBwdParamsSizeV1, &known); s != FLASH3_OK)
+    return s;
+  return static_cast<flash3_status>(flash3::backward(to_cpp(known), static_cast<cudaStream_t>(stream)));
+}
+
+flash3_status bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes) {
+  if (bytes == nullptr)
+    return fail(flash3::Status::kInvalidArgument, "bytes: expected a pointer to a uint64_t; got NULL");
+  *bytes = 0;
+  flash3_bwd_params known{};
+  if (flash3_status s = read_params(params, "flash3_bwd_params", kBwdParamsSizeV1, &known); s != FLASH3_OK)
+    return s;
+  *bytes = flash3::backward_workspace_size(to_cpp(known));
+  flash3::host::clear_last_error();
+  return FLASH3_OK;
+}
+
+// Exceptions cannot cross the C boundary; only message formatting can throw
+// here (bad_alloc).
+template <class Call>
+flash3_status guarded(Call call) {
+  try {
+    return call();
+  } catch (...) {
+    return static_cast<flash3_status>(
+        flash3::host::record(flash3::Status::kInternal, "flash3: out of host memory"));
+  }
 }
 
 }  // namespace
@@ -93,12 +161,21 @@ FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params) {
 }
 
 FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream) {
-  try {
-    return fwd(params, stream);
-  } catch (...) {  // only message formatting can throw here (bad_alloc)
-    return static_cast<flash3_status>(
-        flash3::host::record(flash3::Status::kInternal, "flash3: out of host memory"));
-  }
+  return guarded([&] { return fwd(params, stream); });
+}
+
+FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params) {
+  if (params == nullptr) return;
+  std::memset(params, 0, sizeof(*params));
+  params->struct_size = sizeof(*params);
+}
+
+FLASH3_API flash3_status flash3_bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes) {
+  return guarded([&] { return bwd_workspace_size(params, bytes); });
+}
+
+FLASH3_API flash3_status flash3_bwd(const flash3_bwd_params* params, void* stream) {
+  return guarded([&] { return bwd(params, stream); });
 }
 
 FLASH3_API const char* flash3_last_error(void) { return flash3::last_error(); }

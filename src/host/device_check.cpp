@@ -1,5 +1,6 @@
 #include "device_check.hpp"
 
+#include <initializer_list>
 #include <mutex>
 
 namespace flash3::host {
@@ -83,20 +84,49 @@ CheckResult check_current_device(int* device) {
   return verdict.result;
 }
 
-CheckResult check_device_pointers(const ForwardParams& p, int device) {
-  const bool has_keys = p.seqlen_k > 0;
-  const struct {
-    const char* name;
-    const void* pointer;
-    bool used;
-  } tensors[] = {{"q", p.q.data, true},      {"k", p.k.data, has_keys},
-                 {"v", p.v.data, has_keys},  {"out", p.out.data, true},
-                 {"lse", p.lse, p.lse != nullptr}};
-  for (const auto& t : tensors) {
+namespace {
+
+struct UsedPointer {
+  const char* name;
+  const void* pointer;
+  bool used;
+};
+
+CheckResult check_used_pointers(std::initializer_list<UsedPointer> pointers, int device) {
+  for (const UsedPointer& t : pointers) {
     if (!t.used) continue;
     if (CheckResult r = check_pointer(t.name, t.pointer, device); !r.ok()) return r;
   }
   return {};
+}
+
+}  // namespace
+
+CheckResult check_device_pointers(const ForwardParams& p, int device) {
+  const bool has_keys = p.seqlen_k > 0;
+  return check_used_pointers({{"q", p.q.data, true},
+                              {"k", p.k.data, has_keys},
+                              {"v", p.v.data, has_keys},
+                              {"out", p.out.data, true},
+                              {"lse", p.lse, p.lse != nullptr}},
+                             device);
+}
+
+CheckResult check_device_pointers(const BackwardParams& p, int device) {
+  const bool has_queries = p.batch > 0 && p.seqlen_q > 0;
+  const bool has_keys = p.batch > 0 && p.seqlen_k > 0;
+  const bool both = has_queries && has_keys;
+  return check_used_pointers({{"q", p.q.data, both},
+                              {"k", p.k.data, both},
+                              {"v", p.v.data, both},
+                              {"out", p.out.data, both},
+                              {"dout", p.dout.data, both},
+                              {"lse", p.lse, both},
+                              {"workspace", p.workspace, both},
+                              {"dq", p.dq.data, has_queries},
+                              {"dk", p.dk.data, has_keys},
+                              {"dv", p.dv.data, has_keys}},
+                             device);
 }
 
 }  // namespace flash3::host

@@ -30,5 +30,7 @@ CheckResult check_current_device(int* device);
 // q, k, v, out (and lse when given) are usable on `device`. Call only when
 // there is work (batch, seqlen_q >= 1); k and v are checked when seqlen_k >= 1.
 CheckResult check_device_pointers(const ForwardParams& params, int device);
+// Every tensor backward() reads or writes for these sizes (and the workspace).
+CheckResult check_device_pointers(const BackwardParams& params, int device);
 
 }  // namespace flash3::host

@@ -16,20 +16,20 @@ namespace {
 
 using host::CheckResult;
 
-// Only instantiations that were built are referenced (FLASH3_FWD_* come from
+// Only instantiations that were built are referenced (FLASH3_HAS_* come from
 // CMake's FLASH3_DTYPES x FLASH3_HEAD_DIMS); validation has already rejected
 // the others, so reaching the end is a bug.
 std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream) {
   switch (p.dtype) {
     case DType::kBFloat16:
       switch (p.head_dim) {
-#ifdef FLASH3_FWD_BF16_HDIM64
+#ifdef FLASH3_HAS_BF16_HDIM64
         case 64: return kernels::run_fwd<DType::kBFloat16, 64>(p, stream);
 #endif
-#ifdef FLASH3_FWD_BF16_HDIM128
+#ifdef FLASH3_HAS_BF16_HDIM128
         case 128: return kernels::run_fwd<DType::kBFloat16, 128>(p, stream);
 #endif
-#ifdef FLASH3_FWD_BF16_HDIM256
+#ifdef FLASH3_HAS_BF16_HDIM256
         case 256: return kernels::run_fwd<DType::kBFloat16, 256>(p, stream);
 #endif
         default: break;
@@ -37,13 +37,13 @@ std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream)
       break;
     case DType::kFloat16:
       switch (p.head_dim) {
-#ifdef FLASH3_FWD_FP16_HDIM64
+#ifdef FLASH3_HAS_FP16_HDIM64
         case 64: return kernels::run_fwd<DType::kFloat16, 64>(p, stream);
 #endif
-#ifdef FLASH3_FWD_FP16_HDIM128
+#ifdef FLASH3_HAS_FP16_HDIM128
         case 128: return kernels::run_fwd<DType::kFloat16, 128>(p, stream);
 #endif
-#ifdef FLASH3_FWD_FP16_HDIM256
+#ifdef FLASH3_HAS_FP16_HDIM256
         case 256: return kernels::run_fwd<DType::kFloat16, 256>(p, stream);
 #endif
         default: break;

@@ -1,5 +1,7 @@
 #include "validate.hpp"
 
+#include "bwd_workspace.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -133,22 +135,22 @@ std::string BuildConfig::head_dim_list() const {
 const BuildConfig& built_config() {
   static const BuildConfig config = [] {
     BuildConfig c;
-#ifdef FLASH3_FWD_BF16_HDIM64
+#ifdef FLASH3_HAS_BF16_HDIM64
     c.add(DType::kBFloat16, 64);
 #endif
-#ifdef FLASH3_FWD_BF16_HDIM128
+#ifdef FLASH3_HAS_BF16_HDIM128
     c.add(DType::kBFloat16, 128);
 #endif
-#ifdef FLASH3_FWD_BF16_HDIM256
+#ifdef FLASH3_HAS_BF16_HDIM256
     c.add(DType::kBFloat16, 256);
 #endif
-#ifdef FLASH3_FWD_FP16_HDIM64
+#ifdef FLASH3_HAS_FP16_HDIM64
     c.add(DType::kFloat16, 64);
 #endif
-#ifdef FLASH3_FWD_FP16_HDIM128
+#ifdef FLASH3_HAS_FP16_HDIM128
     c.add(DType::kFloat16, 128);
 #endif
-#ifdef FLASH3_FWD_FP16_HDIM256
+#ifdef FLASH3_HAS_FP16_HDIM256
     c.add(DType::kFloat16, 256);
 #endif
     return c;
@@ -210,6 +212,56 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0)
     return invalid(cat("lse: pointer must be ", alignof(float), "-byte aligned; got ",
                        static_cast<const void*>(p.lse)));
+  return {};
+}
+
+ForwardParams forward_view(const BackwardParams& p) {
+  ForwardParams f;
+  f.q = p.q;
+  f.k = p.k;
+  f.v = p.v;
+  f.out = p.out;
+  f.lse = const_cast<float*>(p.lse);  // only read through this view
+  f.dtype = p.dtype;
+  f.batch = p.batch;
+  f.seqlen_q = p.seqlen_q;
+  f.seqlen_k = p.seqlen_k;
+  f.heads_q = p.heads_q;
+  f.heads_kv = p.heads_kv;
+  f.head_dim = p.head_dim;
+  f.softmax_scale = p.softmax_scale;
+  f.causal = p.causal;
+  return f;
+}
+
+CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built) {
+  if (CheckResult r = validate_forward(forward_view(p), built); !r.ok()) return r;
+  const bool q_used = p.batch > 0 && p.seqlen_q > 0;
+  const bool kv_used = p.batch > 0 && p.seqlen_k > 0;
+  const struct {
+    const char* name;
+    const Tensor4d& tensor;
+    bool used;
+  } tensors[] = {{"dout", p.dout, q_used}, {"dq", p.dq, q_used}, {"dk", p.dk, kv_used},
+                 {"dv", p.dv, kv_used}};
+  for (const auto& t : tensors) {
+    if (!t.used) continue;
+    if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
+  }
+  // Only a problem with queries and keys reads lse and needs the workspace.
+  if (!q_used || !kv_used) return {};
+  if (p.lse == nullptr)
+    return invalid("lse: expected the forward's LSE, (batch, num_heads_q, seqlen_q) fp32; got NULL");
+  const size_t needed = bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim).bytes;
+  if (p.workspace == nullptr)
+    return invalid(cat("workspace: expected device memory of at least ", needed,
+                       " bytes (backward_workspace_size); got NULL"));
+  if (reinterpret_cast<uintptr_t>(p.workspace) % kTmaAlignBytes != 0)
+    return invalid(cat("workspace: pointer must be ", kTmaAlignBytes, "-byte aligned; got ",
+                       p.workspace));
+  if (p.workspace_bytes < needed)
+    return invalid(cat("workspace_bytes: expected at least ", needed,
+                       " (backward_workspace_size); got ", p.workspace_bytes));
   return {};
 }
 

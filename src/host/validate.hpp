@@ -37,7 +37,7 @@ class BuildConfig {
   bool built_[kNumDTypes][kNumHeadDims] = {};
 };
 
-// This library's kernels (from the FLASH3_FWD_<DTYPE>_HDIM<D> definitions).
+// This library's kernels (from the FLASH3_HAS_<DTYPE>_HDIM<D> definitions).
 const BuildConfig& built_config();
 
 // kOk, or kInvalidArgument / kUnsupported with a message that names the
@@ -46,5 +46,14 @@ const BuildConfig& built_config();
 // their pointers and strides are not checked.
 CheckResult validate_forward(const ForwardParams& params,
                              const BuildConfig& built = built_config());
+
+// The forward's rules for q, k, v, out and the sizes, plus: lse (forward's,
+// required), dout, dq, dk, dv checked as tensors like out, q, k, v, and a
+// workspace of at least backward_workspace_size() bytes.
+CheckResult validate_backward(const BackwardParams& params,
+                              const BuildConfig& built = built_config());
+
+// The forward problem whose gradient `params` asks for.
+ForwardParams forward_view(const BackwardParams& params);
 
 }  // namespace flash3::host

@@ -5,6 +5,7 @@
 
 #include <cute/tensor.hpp>
 
+#include <climits>
 #include <cmath>
 
 namespace flash3::kernels {
@@ -28,6 +29,17 @@ struct AttentionMask {
       int const last_row = min((m_block + 1) * kBlockM, seqlen_q) - 1;
       int const last_key = last_row + causal_offset();
       return last_key < 0 ? 0 : min(n_blocks, last_key / kBlockN + 1);
+    }
+  }
+
+  // Query blocks [m_block_begin, ceil(seqlen_q / kBlockM)) hold every query
+  // that sees some key of n_block (the backward walks them).
+  CUTE_DEVICE int m_block_begin(int n_block) const {
+    if constexpr (!kCausal) {
+      return 0;
+    } else {
+      int const first_row = max(0, n_block * kBlockN - causal_offset());
+      return min(first_row, seqlen_q) / kBlockM;
     }
   }
 
@@ -56,6 +68,24 @@ struct AttentionMask {
       CUTE_UNROLL
       for (int j = 0; j < size<1>(scores); ++j) {
         if (col0 + get<1>(coords(i, j)) >= col_end) scores(i, j) = -INFINITY;
+      }
+    }
+  }
+
+  // The same rule on a transposed tile: rows are keys, columns are queries.
+  template <class Scores, class Coords>
+  CUTE_DEVICE void apply_transposed(Scores&& scores_t, Coords const& coords, int m_block,
+                                    int n_block) const {
+    int const row0 = m_block * kBlockM;
+    int const col0 = n_block * kBlockN;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(scores_t); ++i) {
+      int const key = col0 + get<0>(coords(i, 0));
+      // Query `row` sees `key` iff row >= key - causal_offset().
+      int const row_begin = key >= seqlen_k ? INT_MAX : kCausal ? key - causal_offset() : INT_MIN;
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(scores_t); ++j) {
+        if (row0 + get<1>(coords(i, j)) < row_begin) scores_t(i, j) = -INFINITY;
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/fragment_layout.cuh"
+#include "kernels/fragment_store.cuh"
 #include "kernels/fwd_kernel_params.cuh"
 #include "kernels/fwd_mainloop.cuh"
 
@@ -41,22 +42,13 @@ struct FwdEpilogue {
                          ? nullptr
                          : p.lse + (int64_t(tile.batch) * p.heads_q + tile.head) * p.seqlen_q + row0;
     int const rows_left = p.seqlen_q - row0;
-    // A thread holds pairs of adjacent columns: store them as one 32-bit word.
-    static_assert(size<1>(decltype(out_rc.layout()){}) % 2 == 0);
+    store_fragment_rows(out_rc, coords, out, p.out_row_stride, rows_left);
+    // The 4 threads of a quad share rows; one of them writes the LSE.
+    if (lse_out == nullptr || thread % 4 != 0) return;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       int const row = get<0>(coords(i, 0));
-      if (row >= rows_left) continue;
-      Element* out_row = out + row * p.out_row_stride;
-      CUTE_UNROLL
-      for (int j = 0; j < size<1>(out_rc); j += 2) {
-        cutlass::Array<Element, 2> pair;
-        pair[0] = out_rc(i, j);
-        pair[1] = out_rc(i, j + 1);
-        *reinterpret_cast<cutlass::Array<Element, 2>*>(out_row + get<1>(coords(i, j))) = pair;
-      }
-      // The 4 threads of a quad share rows; one of them writes the LSE.
-      if (lse_out != nullptr && thread % 4 == 0) lse_out[row] = lse[i];
+      if (row < rows_left) lse_out[row] = lse[i];
     }
   }
 };

@@ -21,4 +21,23 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim) {
                            : FwdTileConfig{128, 80, 2};
 }
 
+struct BwdTileConfig {
+  int block_m;    // query rows per mainloop step (one Q / dO tile)
+  int block_n;    // keys per CTA (K and V stay resident)
+  int q_stages;   // Q / dO shared-memory pipeline depth
+};
+
+// Why these shapes:
+// - block_n 128 for d <= 128: each consumer warpgroup owns 64 keys, holds
+//   dK and dV for them (64 x d fp32 each: 2 x 64 regs/thread at d = 128) and
+//   feeds P^T and dS^T to those GEMMs from registers.
+// - d 256: 64 keys x 256 of dK and dV would be 256 regs/thread, so block_n
+//   drops to 64 and the warpgroups split the head dim instead; P^T and dS^T
+//   then go through shared memory.
+// - block_m 64: one WGMMA M for the dQ tile; Q and dO of 2 stages fit next to
+//   resident K, V (d = 256: 64 KB + 128 KB + P/dS 32 KB).
+constexpr BwdTileConfig bwd_tile_config(int head_dim) {
+  return head_dim <= 128 ? BwdTileConfig{64, 128, 2} : BwdTileConfig{64, 64, 2};
+}
+
 }  // namespace flash3::kernels

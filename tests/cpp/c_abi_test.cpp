@@ -219,4 +219,65 @@ TEST(CppApi, ForwardAndLastError) {
   EXPECT_STREQ(flash3::last_error(), "");
 }
 
+TEST(CAbiBackward, ParamsInitAndFrozenSize) {
+  EXPECT_EQ(sizeof(flash3_bwd_params), 392u);
+  flash3_bwd_params p;
+  std::memset(&p, 0xAB, sizeof(p));
+  flash3_bwd_params_init(&p);
+  EXPECT_EQ(p.struct_size, sizeof(flash3_bwd_params));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&p);
+  for (size_t i = sizeof(p.struct_size); i < sizeof(p); ++i) ASSERT_EQ(bytes[i], 0) << "byte " << i;
+}
+
+TEST(CAbiBackward, NullAndShortParams) {
+  EXPECT_EQ(flash3_bwd(nullptr, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "params: expected a pointer to flash3_bwd_params; got NULL");
+  flash3_bwd_params p;
+  flash3_bwd_params_init(&p);
+  p.struct_size = 100;
+  EXPECT_EQ(flash3_bwd(&p, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(flash3_last_error()),
+            "params->struct_size: expected at least 392 (sizeof(flash3_bwd_params) in ABI v1; "
+            "call flash3_bwd_params_init); got 100");
+  uint64_t bytes = 1;
+  EXPECT_EQ(flash3_bwd_workspace_size(&p, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(flash3_bwd_workspace_size(&p, &bytes), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(bytes, 0u);
+}
+
+TEST(CAbiBackward, WorkspaceSizeMatchesTheCppApi) {
+  flash3_bwd_params p;
+  flash3_bwd_params_init(&p);
+  p.dtype = kDType;
+  p.batch = 2;
+  p.seqlen_q = 113;
+  p.seqlen_k = 255;
+  p.num_heads_q = 8;
+  p.num_heads_kv = 2;
+  p.head_dim = kHeadDim;
+  uint64_t bytes = 0;
+  ASSERT_EQ(flash3_bwd_workspace_size(&p, &bytes), FLASH3_OK);
+  flash3::BackwardParams cpp;
+  cpp.batch = 2;
+  cpp.seqlen_q = 113;
+  cpp.heads_q = 8;
+  cpp.head_dim = kHeadDim;
+  EXPECT_EQ(bytes, flash3::backward_workspace_size(cpp));
+  // LSE, D (2 x 2*8*128 floats) and dQ's fp32 accumulator at least.
+  EXPECT_GE(bytes, uint64_t{2} * 8 * 128 * (2 + kHeadDim) * 4);
+}
+
+TEST(CppApi, BackwardValidatesAndEmptyIsANoOp) {
+  flash3::BackwardParams p;
+  p.dtype = static_cast<flash3::DType>(kDType);
+  p.heads_q = 4;
+  p.heads_kv = 3;
+  p.head_dim = kHeadDim;
+  EXPECT_EQ(flash3::backward(p, nullptr), flash3::Status::kInvalidArgument);
+  EXPECT_STREQ(flash3::last_error(), "num_heads_q (4) must be divisible by num_heads_kv (3)");
+  p.heads_kv = 2;
+  EXPECT_EQ(flash3::backward(p, nullptr), flash3::Status::kOk);  // batch == 0: no-op
+  EXPECT_STREQ(flash3::last_error(), "");
+}
+
 }  // namespace

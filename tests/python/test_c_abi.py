@@ -75,6 +75,7 @@ def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 9 * 4 (scalars) = 212, padded to 8.
     assert ctypes.sizeof(_lib.Tensor) == 40
     assert ctypes.sizeof(_lib.FwdParams) == 216
+    assert ctypes.sizeof(_lib.BwdParams) == 392
     assert _lib.FwdParams.lse.offset == 168
     assert _lib.FwdParams.causal.offset == 208
 

@@ -11,9 +11,6 @@ Skips unless a Hopper (sm_90) GPU is visible to torch.
 """
 
 import itertools
-import os
-import random
-import re
 
 import pytest
 
@@ -24,10 +21,12 @@ if torch.cuda.get_device_capability() != (9, 0):
     pytest.skip(f"flash3 needs sm_90; found {torch.cuda.get_device_name()}", allow_module_level=True)
 
 import flash3  # noqa: E402
-from flash3 import _lib, ops  # noqa: E402
+from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from attention_checks import (  # noqa: E402
+    DTYPES, _any_built, _where, assert_rule, make_qkv, require_built)
+
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
 HEADS_KV = 2
@@ -43,53 +42,6 @@ LARGE_LENGTHS = [
     (1, 1023, 1023), (1, 2049, 1023), (1, 1023, 2049), (2, 2049, 2049), (1, 4096, 4096),
     (2, 1, 4096), (1, 4096, 1), (1, 17, 4096), (1, 4096, 255), (1, 8191, 8191),
 ]
-
-
-def _built():
-    info = _lib.build_info()
-    dtypes = set(re.search(r"dtypes=([\w,]+)", info).group(1).split(","))
-    head_dims = {int(x) for x in re.search(r"head_dims=([\d,]+)", info).group(1).split(",")}
-    return dtypes, head_dims, info
-
-
-def require_built(dtype_name, head_dim):
-    dtypes, head_dims, info = _built()
-    if dtype_name not in dtypes or head_dim not in head_dims:
-        pytest.skip(f"{dtype_name} head_dim {head_dim} not built into this library ({info})")
-
-
-@pytest.fixture
-def seed():
-    value = int(os.environ.get("FLASH3_TEST_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
-    torch.manual_seed(value)
-    return value
-
-
-def _where(seed):
-    return f"(seed {seed}; rerun with FLASH3_TEST_SEED={seed})"
-
-
-def make_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype):
-    q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device="cuda")
-    k = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device="cuda")
-    v = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device="cuda")
-    return q, k, v
-
-
-def _max_abs(x):
-    return float(x.abs().max()) if x.numel() else 0.0
-
-
-def assert_rule(name, got, ref, lowp, seed):
-    """The DESIGN.md 3 rule on finite entries of ref."""
-    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
-    bad = (~torch.isfinite(got)).sum().item()
-    assert bad == 0, f"{name}: {bad} non-finite values of {got.numel()} {_where(seed)}"
-    err = _max_abs(got.double() - ref.double())
-    base = _max_abs(lowp.double() - ref.double())
-    assert err <= 2 * base + 1e-5, (
-        f"{name}: max|flash3 - ref| = {err:.3e} > 2 * max|lowp - ref| + 1e-5 = "
-        f"{2 * base + 1e-5:.3e} {_where(seed)}")
 
 
 def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=None):
@@ -192,12 +144,6 @@ def test_sharp_softmax(dtype_name, head_dim, seed):
     q, k, v = make_qkv(1, 1000, 1500, 4, 4, head_dim, DTYPES[dtype_name])
     q = q * 4
     check_both_paths(q, k, v, seed, causal=True)
-
-
-def _any_built():
-    dtypes, head_dims, _ = _built()
-    dtype_name = "bf16" if "bf16" in dtypes else sorted(dtypes)[0]
-    return dtype_name, DTYPES[dtype_name], min(head_dims)
 
 
 def test_return_forms(seed):

@@ -87,7 +87,11 @@ def test_fake_tensor_mode_gives_shapes_for_noncontiguous_inputs():
 def test_op_schema():
     schema = str(torch.ops.flash3.fwd.default._schema)
     assert schema == ("flash3::fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, "
-                      "bool causal) -> (Tensor, Tensor)"), schema
+                      "bool causal, bool deterministic=False) -> (Tensor, Tensor)"), schema
+    schema = str(torch.ops.flash3.bwd.default._schema)
+    assert schema == ("flash3::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
+                      "Tensor lse, float? softmax_scale, bool causal, bool deterministic) "
+                      "-> (Tensor, Tensor, Tensor)"), schema
 
 
 def test_reference_matches_sdpa_math_in_fp64():

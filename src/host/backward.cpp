@@ -1,0 +1,136 @@
+// flash3::backward: validate -> (nothing to compute? zero the gradients) ->
+// device and pointer checks -> default scale -> workspace: zero dQ's
+// accumulator, row statistics -> main kernel -> dQ conversion.
+#include <cmath>
+#include <exception>
+#include <new>
+#include <optional>
+
+#include "bwd_workspace.hpp"
+#include "device_check.hpp"
+#include "export.hpp"
+#include "kernels/bwd_run.h"
+#include "last_error.hpp"
+#include "validate.hpp"
+
+namespace flash3 {
+namespace {
+
+using host::CheckResult;
+
+// Only built instantiations are referenced (see forward.cpp).
+std::optional<cudaError_t> dispatch(const BackwardParams& p, const kernels::BwdWorkspaceView& ws,
+                                    cudaStream_t stream) {
+  switch (p.dtype) {
+    case DType::kBFloat16:
+      switch (p.head_dim) {
+#ifdef FLASH3_HAS_BF16_HDIM64
+        case 64: return kernels::run_bwd<DType::kBFloat16, 64>(p, ws, stream);
+#endif
+#ifdef FLASH3_HAS_BF16_HDIM128
+        case 128: return kernels::run_bwd<DType::kBFloat16, 128>(p, ws, stream);
+#endif
+#ifdef FLASH3_HAS_BF16_HDIM256
+        case 256: return kernels::run_bwd<DType::kBFloat16, 256>(p, ws, stream);
+#endif
+        default: break;
+      }
+      break;
+    case DType::kFloat16:
+      switch (p.head_dim) {
+#ifdef FLASH3_HAS_FP16_HDIM64
+        case 64: return kernels::run_bwd<DType::kFloat16, 64>(p, ws, stream);
+#endif
+#ifdef FLASH3_HAS_FP16_HDIM128
+        case 128: return kernels::run_bwd<DType::kFloat16, 128>(p, ws, stream);
+#endif
+#ifdef FLASH3_HAS_FP16_HDIM256
+        case 256: return kernels::run_bwd<DType::kFloat16, 256>(p, ws, stream);
+#endif
+        default: break;
+      }
+      break;
+  }
+  return std::nullopt;
+}
+
+CheckResult cuda_failure(cudaError_t error) {
+  return CheckResult::fail(Status::kCudaError,
+                           host::cat("CUDA error in flash3 backward: ", cudaGetErrorString(error)));
+}
+
+// Launches everything; the first failure stops the sequence.
+CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
+  const bool has_queries = p.seqlen_q > 0;
+  const bool has_keys = p.seqlen_k > 0;
+  // Without keys dq is 0; without queries (or with only keys nobody sees) dk, dv are 0.
+  if (!has_queries || !has_keys) {
+    if (has_queries)
+      if (cudaError_t e = kernels::run_zero_fill(p.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim, stream);
+          e != cudaSuccess)
+        return cuda_failure(e);
+    for (const Tensor4d* t : {&p.dk, &p.dv})
+      if (cudaError_t e = kernels::run_zero_fill(*t, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, stream);
+          e != cudaSuccess)
+        return cuda_failure(e);
+    return {};
+  }
+  const host::BwdWorkspaceLayout layout =
+      host::bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  const kernels::BwdWorkspaceView ws = host::carve_workspace(layout, p.workspace);
+  if (cudaError_t e = cudaMemsetAsync(ws.dq_accum, 0, layout.dq_accum_bytes, stream); e != cudaSuccess)
+    return cuda_failure(e);
+  if (p.deterministic)
+    if (cudaError_t e = cudaMemsetAsync(ws.dq_semaphore, 0, layout.semaphore_bytes, stream);
+        e != cudaSuccess)
+      return cuda_failure(e);
+  if (cudaError_t e = kernels::run_bwd_preprocess(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
+  const std::optional<cudaError_t> launched = dispatch(p, ws, stream);
+  if (!launched)
+    return CheckResult::fail(
+        Status::kInternal, host::cat("flash3 internal error: no backward kernel for dtype ",
+                                     static_cast<int>(p.dtype), " head_dim ", p.head_dim,
+                                     " although validation passed"));
+  if (*launched != cudaSuccess) return cuda_failure(*launched);
+  if (cudaError_t e = kernels::run_bwd_dq_convert(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
+  return {};
+}
+
+Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
+  if (CheckResult r = host::validate_backward(params); !r.ok()) return host::record(r);
+  if (params.batch == 0 || (params.seqlen_q == 0 && params.seqlen_k == 0)) {
+    host::clear_last_error();
+    return Status::kOk;
+  }
+  int device = -1;
+  if (CheckResult r = host::check_current_device(&device); !r.ok()) return host::record(r);
+  if (CheckResult r = host::check_device_pointers(params, device); !r.ok()) return host::record(r);
+
+  BackwardParams resolved = params;
+  if (resolved.softmax_scale == 0.f)
+    resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
+  if (CheckResult r = launch(resolved, stream); !r.ok()) return host::record(r);
+  host::clear_last_error();
+  return Status::kOk;
+}
+
+}  // namespace
+
+FLASH3_CXX_EXPORT size_t backward_workspace_size(const BackwardParams& params) {
+  return host::bwd_workspace_layout(params.batch, params.heads_q, params.seqlen_q, params.head_dim)
+      .bytes;
+}
+
+FLASH3_CXX_EXPORT Status backward(const BackwardParams& params, cudaStream_t stream) {
+  try {
+    return backward_checked(params, stream);
+  } catch (const std::bad_alloc&) {
+    return host::record(Status::kInternal, "flash3: out of host memory");
+  } catch (const std::exception& e) {
+    return host::record(Status::kInternal, e.what());
+  } catch (...) {
+    return host::record(Status::kInternal, "flash3 internal error: unknown exception");
+  }
+}
+
+}  // namespace flash3

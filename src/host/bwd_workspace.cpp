@@ -1,0 +1,42 @@
+#include "bwd_workspace.hpp"
+
+#include <cstdint>
+
+#include "kernels/tile_config.h"
+
+namespace flash3::host {
+namespace {
+
+size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+}  // namespace
+
+BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim) {
+  BwdWorkspaceLayout l;
+  if (batch <= 0 || heads_q <= 0 || seqlen_q <= 0 || head_dim <= 0) return l;
+  const int block_m = kernels::bwd_tile_config(head_dim).block_m;
+  l.m_blocks = (seqlen_q + block_m - 1) / block_m;
+  l.seqlen_q_rounded = l.m_blocks * block_m;
+  const size_t rows = size_t(batch) * size_t(heads_q) * size_t(l.seqlen_q_rounded);
+  l.lse_offset = 0;
+  l.dpsum_offset = align_up(rows * sizeof(float));
+  l.dq_accum_offset = l.dpsum_offset + align_up(rows * sizeof(float));
+  l.dq_accum_bytes = rows * size_t(head_dim) * sizeof(float);
+  l.semaphore_offset = l.dq_accum_offset + align_up(l.dq_accum_bytes);
+  l.semaphore_bytes = size_t(batch) * size_t(heads_q) * size_t(l.m_blocks) * sizeof(int);
+  l.bytes = l.semaphore_offset + align_up(l.semaphore_bytes);
+  return l;
+}
+
+kernels::BwdWorkspaceView carve_workspace(const BwdWorkspaceLayout& l, void* base) {
+  auto* bytes = static_cast<unsigned char*>(base);
+  return kernels::BwdWorkspaceView{
+      reinterpret_cast<float*>(bytes + l.lse_offset),
+      reinterpret_cast<float*>(bytes + l.dpsum_offset),
+      reinterpret_cast<float*>(bytes + l.dq_accum_offset),
+      reinterpret_cast<int*>(bytes + l.semaphore_offset),
+      l.seqlen_q_rounded,
+  };
+}
+
+}  // namespace flash3::host

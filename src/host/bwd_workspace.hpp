@@ -1,0 +1,31 @@
+// How backward() carves its device workspace. Pure host code (unit-tested).
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/bwd_run.h"
+
+namespace flash3::host {
+
+struct BwdWorkspaceLayout {
+  int seqlen_q_rounded = 0;  // seqlen_q padded to whole backward query blocks
+  int m_blocks = 0;
+  size_t lse_offset = 0;
+  size_t dpsum_offset = 0;
+  size_t dq_accum_offset = 0;
+  size_t dq_accum_bytes = 0;
+  size_t semaphore_offset = 0;
+  size_t semaphore_bytes = 0;
+  size_t bytes = 0;  // total
+};
+
+// Every region starts on this boundary (bulk copies need 16 bytes).
+inline constexpr size_t kWorkspaceAlign = 256;
+
+// Sizes must be non-negative and head_dim supported; all zero when there is
+// nothing to compute (batch or seqlen_q is 0).
+BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim);
+
+kernels::BwdWorkspaceView carve_workspace(const BwdWorkspaceLayout& layout, void* base);
+
+}  // namespace flash3::host

@@ -1,0 +1,33 @@
+// What the backward kernels receive (by value, __grid_constant__).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/bwd_run.h"
+
+namespace flash3::kernels {
+
+template <class Traits>
+struct BwdKernelParams {
+  using Element = typename Traits::Element;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaQ tma_do;
+  typename Traits::TmaK tma_k;
+  typename Traits::TmaV tma_v;
+  Element* dk;
+  Element* dv;
+  int64_t dkv_batch_stride[2];  // dk, dv
+  int64_t dkv_row_stride[2];
+  int64_t dkv_head_stride[2];
+  BwdWorkspaceView ws;
+  int batch;
+  int seqlen_q;
+  int seqlen_k;
+  int heads_q;
+  int heads_per_kv_head;
+  float softmax_scale;
+  float scale_log2;
+  bool deterministic;
+};
+
+}  // namespace flash3::kernels

@@ -1,0 +1,65 @@
+// Host side of one backward instantiation: TMA descriptors, grid, launch of
+// the main kernel (the pre- and postprocessing kernels are dtype-generic,
+// in bwd_preprocess.cu).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+#include "kernels/bwd_kernel.cuh"
+#include "kernels/bwd_run.h"
+#include "kernels/launch_common.cuh"
+
+namespace flash3::kernels {
+
+template <class Traits>
+cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+  using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
+  auto const q_tile = take<0, 2>(typename Traits::SmemLayoutQ{});
+  BwdKernelParams<Traits> kp{
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, p.batch, p.seqlen_q, p.heads_q), q_tile,
+                    TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.dout, p.batch, p.seqlen_q, p.heads_q),
+                    q_tile, TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, p.batch, p.seqlen_k, p.heads_kv),
+                    typename Traits::SmemLayoutK{}, TileKV{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, p.batch, p.seqlen_k, p.heads_kv),
+                    typename Traits::SmemLayoutV{}, TileKV{}, _1{}),
+      static_cast<Element*>(p.dk.data),
+      static_cast<Element*>(p.dv.data),
+      {p.dk.stride[0], p.dv.stride[0]},
+      {p.dk.stride[1], p.dv.stride[1]},
+      {p.dk.stride[2], p.dv.stride[2]},
+      ws,
+      p.batch,
+      p.seqlen_q,
+      p.seqlen_k,
+      p.heads_q,
+      p.heads_q / p.heads_kv,
+      p.softmax_scale,
+      p.softmax_scale * float(M_LOG2E),
+      p.deterministic,
+  };
+  auto kernel = bwd_kernel<Traits>;
+  constexpr int kSmemBytes = int(sizeof(typename Traits::SharedStorage));
+  if (cudaError_t e = allow_shared_memory(kernel, kSmemBytes); e != cudaSuccess) return e;
+  // Key blocks vary fastest: in deterministic mode a CTA waits only on CTAs
+  // of lower key blocks, which were scheduled before it.
+  dim3 const grid(ceil_div(p.seqlen_k, Traits::kBlockN), p.heads_kv, p.batch);
+  kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+template <DType kDType, int kHeadDim>
+cudaError_t run_bwd(BackwardParams const& params, BwdWorkspaceView const& ws, cudaStream_t stream) {
+  using Element = ElementOf<kDType>;
+  return params.causal ? launch_bwd<BwdTraits<Element, kHeadDim, true>>(params, ws, stream)
+                       : launch_bwd<BwdTraits<Element, kHeadDim, false>>(params, ws, stream);
+}
+
+}  // namespace flash3::kernels

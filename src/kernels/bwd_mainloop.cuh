@@ -1,0 +1,278 @@
+// Backward mainloop: the producer's TMA loads (K, V once; Q, dO and their row
+// statistics per query block) and the consumers' five GEMMs per query block.
+#pragma once
+
+#include <cuda/atomic>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "kernels/attention_mask.cuh"
+#include "kernels/bwd_kernel_params.cuh"
+#include "kernels/fragment_layout.cuh"
+#include "kernels/online_softmax.cuh"
+#include "kernels/wgmma_gemm.cuh"
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+// Where one CTA works: a block of keys of one KV head of one batch entry. It
+// walks the query blocks of every query head that shares this KV head, so
+// dK and dV of a GQA group are summed in registers.
+struct BwdTile {
+  int n_block;
+  int kv_head;
+  int batch;
+};
+
+// Named-barrier ids (CUTLASS adds its reserved count).
+enum class BwdNamedBarrier : uint32_t { kPdSWritten = 0, kDQOrder = 1 };
+
+template <class Traits>
+struct BwdMainloop {
+  using Element = typename Traits::Element;
+  using Params = BwdKernelParams<Traits>;
+  using SharedStorage = typename Traits::SharedStorage;
+  using Mask = AttentionMask<Traits::kCausal, Traits::kBlockM, Traits::kBlockN>;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+
+  CUTE_DEVICE static int64_t row_stats_offset(Params const& p, int batch, int head) {
+    return (int64_t(batch) * p.heads_q + head) * p.ws.seqlen_q_rounded;
+  }
+
+  // Run by one producer thread, once per CTA.
+  CUTE_DEVICE static void load_kv(Params const& p, SharedStorage& smem, BwdTile tile) {
+    int const heads_kv = p.heads_q / p.heads_per_kv_head;
+    auto const shape = make_shape(p.seqlen_k, Int<kHeadDim>{}, heads_kv, p.batch);
+    Tensor mK = p.tma_k.get_tma_tensor(shape);
+    Tensor mV = p.tma_v.get_tma_tensor(shape);
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+    auto const coord = make_coord(tile.n_block, _0{});
+    Tensor gK = local_tile(mK(_, _, tile.kv_head, tile.batch), TileKV{}, coord);
+    Tensor gV = local_tile(mV(_, _, tile.kv_head, tile.batch), TileKV{}, coord);
+    auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                      group_modes<0, 2>(gV));
+    smem.barrier_kv.arrive_and_expect_tx(Traits::kKVBytes);
+    auto& barrier = reinterpret_cast<uint64_t&>(smem.barrier_kv);
+    copy(p.tma_k.with(barrier, 0), tKgK, tKsK);
+    copy(p.tma_v.with(barrier, 0), tVgV, tVsV);
+  }
+
+  // Run by one producer thread: Q with its LSE and dO with its D for query
+  // blocks [m_begin, m_end) of `head`.
+  template <class Pipeline, class PipelineState>
+  CUTE_DEVICE static void load_q_do(Params const& p, SharedStorage& smem, BwdTile tile, int head,
+                                    int m_begin, int m_end, Pipeline& pipeline_q,
+                                    Pipeline& pipeline_do, PipelineState& write) {
+    auto const shape = make_shape(p.seqlen_q, Int<kHeadDim>{}, p.heads_q, p.batch);
+    Tensor mQ = p.tma_q.get_tma_tensor(shape);
+    Tensor mdO = p.tma_do.get_tma_tensor(shape);
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+    Tensor gQ = local_tile(mQ(_, _, head, tile.batch), TileQ{}, make_coord(_, _0{}));  // (M, D, m)
+    Tensor gdO = local_tile(mdO(_, _, head, tile.batch), TileQ{}, make_coord(_, _0{}));
+    auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tdOgdO, tdOsdO] = tma_partition(p.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
+                                          group_modes<0, 2>(gdO));
+    float const* lse = p.ws.lse_log2 + row_stats_offset(p, tile.batch, head);
+    float const* dpsum = p.ws.dpsum + row_stats_offset(p, tile.batch, head);
+    for (int m_block = m_begin; m_block < m_end; ++m_block) {
+      int const stage = write.index();
+      pipeline_q.producer_acquire(write);
+      uint64_t* barrier_q = pipeline_q.producer_get_barrier(write);
+      copy(p.tma_q.with(*barrier_q, 0), tQgQ(_, m_block), tQsQ(_, stage));
+      SM90_BULK_COPY_G2S::copy(lse + m_block * kBlockM, barrier_q,
+                               smem.lse_log2.data() + stage * kBlockM, Traits::kRowStatBytes);
+      pipeline_do.producer_acquire(write);
+      uint64_t* barrier_do = pipeline_do.producer_get_barrier(write);
+      copy(p.tma_do.with(*barrier_do, 0), tdOgdO(_, m_block), tdOsdO(_, stage));
+      SM90_BULK_COPY_G2S::copy(dpsum + m_block * kBlockM, barrier_do,
+                               smem.dpsum.data() + stage * kBlockM, Traits::kRowStatBytes);
+      ++write;
+    }
+  }
+
+  // Writes a transposed-orientation fragment (keys, queries) into buffer
+  // `buffer` of a (keys, queries, buffer) shared-memory tile.
+  template <class Frag, class Coords, class SmemTile>
+  CUTE_DEVICE static void write_smem_pairs(Frag const& frag, Coords const& coords, SmemTile& smem_tile,
+                                           int buffer) {
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(frag); ++i) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(frag); j += 2) {
+        cutlass::Array<Element, 2> pair;
+        pair[0] = frag(i, j);
+        pair[1] = frag(i, j + 1);
+        auto const c = coords(i, j);
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(&smem_tile(get<0>(c), get<1>(c), buffer)) = pair;
+      }
+    }
+  }
+
+  // Adds this warpgroup's share of dS K for query block m_block into the fp32
+  // accumulator; in deterministic mode key blocks add in ascending order.
+  template <class FragDQ>
+  CUTE_DEVICE static void add_dq(Params const& p, BwdTile tile, int head, int m_block, int thread,
+                                 FragDQ const& acc_dq) {
+    typename Traits::TiledMmaDQ mma_dq;
+    Tensor tdQcdQ = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(TileQ{}));
+    Tensor coords = make_tensor(tdQcdQ.data(), acc_rowcol_layout(tdQcdQ.layout()));
+    Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_layout(acc_dq.layout()));
+    float* tile_accum = p.ws.dq_accum +
+                        (row_stats_offset(p, tile.batch, head) + m_block * kBlockM) * kHeadDim;
+    constexpr uint32_t kConsumerThreads = Traits::kNumConsumerThreads;
+    int* semaphore = nullptr;
+    if (p.deterministic) {
+      int const m_blocks = p.ws.seqlen_q_rounded / kBlockM;
+      semaphore = p.ws.dq_semaphore + (int64_t(tile.batch) * p.heads_q + head) * m_blocks + m_block;
+      if (thread == 0) {
+        cuda::atomic_ref<int, cuda::thread_scope_device> turn(*semaphore);
+        while (turn.load(cuda::memory_order_acquire) != tile.n_block) {
+        }
+      }
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, uint32_t(BwdNamedBarrier::kDQOrder));
+    }
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(dq); ++i) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(dq); j += 2) {
+        auto const c = coords(i, j);
+        atomicAdd(reinterpret_cast<float2*>(tile_accum + get<0>(c) * kHeadDim + get<1>(c)),
+                  make_float2(dq(i, j), dq(i, j + 1)));
+      }
+    }
+    if (p.deterministic) {
+      __threadfence();
+      cutlass::arch::NamedBarrier::sync(kConsumerThreads, uint32_t(BwdNamedBarrier::kDQOrder));
+      if (thread == 0) {
+        cuda::atomic_ref<int, cuda::thread_scope_device> turn(*semaphore);
+        turn.store(tile.n_block + 1, cuda::memory_order_release);
+      }
+    }
+  }
+
+  // Run by all consumer threads (`thread` = index among them) for query
+  // blocks [m_begin, m_end) of `head`; accumulates into acc_dk / acc_dv.
+  // `step` counts the query blocks this CTA has done (selects the dS buffer).
+  template <class Pipeline, class PipelineState, class FragDKV>
+  CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, BwdTile tile, int head,
+                                  int m_begin, int m_end, int thread, Pipeline& pipeline_q,
+                                  Pipeline& pipeline_do, PipelineState& read, int& step,
+                                  FragDKV& acc_dk, FragDKV& acc_dv) {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
+    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
+    Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
+    Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutPdS{});
+    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename Traits::SmemLayoutPdSt{});
+    Tensor sP = make_tensor(make_smem_ptr(smem.p.data()), typename Traits::SmemLayoutPdS{});
+
+    using TileST = Shape<Int<kBlockN>, Int<kBlockM>>;  // (keys, queries)
+    typename Traits::TiledMmaSdP mma_sdp;
+    typename Traits::TiledMmaDKV mma_dkv;
+    typename Traits::TiledMmaDQ mma_dq;
+    auto thr_sdp = mma_sdp.get_thread_slice(thread);
+    auto thr_dkv = mma_dkv.get_thread_slice(thread);
+    auto thr_dq = mma_dq.get_thread_slice(thread);
+
+    Tensor tSrK = thr_sdp.partition_fragment_A(sK);
+    Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
+    Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);
+    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);    // (MMA, MMA_M, MMA_K, buffer)
+    Tensor tdQrKt = thr_dq.partition_fragment_B(sKt(_, _, 0));
+
+    Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileST{}));
+    Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
+    constexpr int kCols = decltype(size<1>(coords))::value;
+
+    Mask const mask{p.seqlen_q, p.seqlen_k};
+    for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
+      int const stage = read.index();
+      int const buffer = step % Traits::kDSBuffers;
+      Tensor acc_s = partition_fragment_C(mma_sdp, TileST{});
+      Tensor acc_dp = partition_fragment_C(mma_sdp, TileST{});
+      pipeline_q.consumer_wait(read);
+      warpgroup_gemm<true>(mma_sdp, tSrK, tSrQ(_, _, _, stage), acc_s);
+      pipeline_do.consumer_wait(read);
+      warpgroup_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), acc_dp);
+
+      float lse_col[kCols], dpsum_col[kCols];
+      CUTE_UNROLL
+      for (int j = 0; j < kCols; ++j) {
+        int const q = get<1>(coords(0, j));
+        lse_col[j] = smem.lse_log2[stage * kBlockM + q];
+        dpsum_col[j] = smem.dpsum[stage * kBlockM + q];
+      }
+      Tensor scores = as_rowcol(acc_s);
+      Tensor dp = as_rowcol(acc_dp);
+      warpgroup_wait<1>();
+      if (mask.needs_mask(m_block, tile.n_block))
+        mask.apply_transposed(scores, coords, m_block, tile.n_block);
+      // P = exp(scale * S - LSE); padded and keyless rows have lse = +inf: P = 0.
+      CUTE_UNROLL
+      for (int i = 0; i < size<0>(scores); ++i) {
+        CUTE_UNROLL
+        for (int j = 0; j < kCols; ++j)
+          scores(i, j) = fast_exp2(fmaf(scores(i, j), p.scale_log2, -lse_col[j]));
+      }
+      warpgroup_wait<0>();
+      CUTE_UNROLL
+      for (int i = 0; i < size<0>(dp); ++i) {
+        CUTE_UNROLL
+        for (int j = 0; j < kCols; ++j) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_col[j]);
+      }
+
+      // P^T and dS^T in the input dtype, laid out as the A operand of m64nNk16.
+      Tensor tdVrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
+      Tensor tdKrdS = make_tensor<Element>(acc_as_operand_a_layout(acc_dp.layout()));
+      convert_fragment(acc_s, tdVrP);
+      convert_fragment(acc_dp, tdKrdS);
+      write_smem_pairs(make_tensor(tdKrdS.data(), acc_rowcol_layout(acc_dp.layout())), coords, sdS, buffer);
+      if constexpr (!Traits::kDKVFromRegisters)
+        write_smem_pairs(make_tensor(tdVrP.data(), acc_rowcol_layout(acc_s.layout())), coords, sP, buffer);
+      // Generic-proxy stores, then WGMMA (async proxy) reads.
+      cutlass::arch::fence_view_async_shared();
+      auto const written = [] {
+        cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads,
+                                          uint32_t(BwdNamedBarrier::kPdSWritten));
+      };
+      if constexpr (Traits::kDKVFromRegisters) {
+        warpgroup_gemm<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
+        warpgroup_gemm<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+        written();
+      } else {
+        written();
+        Tensor tdVsP = thr_dkv.partition_fragment_A(sP);
+        Tensor tdKsdS = thr_dkv.partition_fragment_A(sdS);
+        warpgroup_gemm<false>(mma_dkv, tdVsP(_, _, _, buffer), tdVrdOt(_, _, _, stage), acc_dv);
+        warpgroup_gemm<false>(mma_dkv, tdKsdS(_, _, _, buffer), tdKrQt(_, _, _, stage), acc_dk);
+      }
+      Tensor acc_dq = partition_fragment_C(mma_dq, TileQ{});
+      warpgroup_gemm<true>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, acc_dq);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_dk);
+      warpgroup_fence_operand(acc_dv);
+      pipeline_q.consumer_release(read);
+      pipeline_do.consumer_release(read);
+      ++read;
+      add_dq(p, tile, head, m_block, thread, acc_dq);
+    }
+  }
+};
+
+}  // namespace flash3::kernels

@@ -1,0 +1,127 @@
+// The backward's small memory-bound kernels around the main one: row
+// statistics before it, dQ conversion after it, and zero gradients for
+// tensors no score depends on. Generic over head dim (a runtime value here).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/bwd_run.h"
+
+namespace flash3::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ float to_float(__half x) { return __half2float(x); }
+template <class T>
+__device__ T from_float(float x);
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+unsigned blocks_for(int64_t items, int per_block) {
+  return static_cast<unsigned>((items + per_block - 1) / per_block);
+}
+
+// One warp per padded query row (batch, head, row).
+template <class T>
+__global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t, Tensor4d dout_t,
+                                     const float* lse, BwdWorkspaceView ws, int seqlen_q, int heads,
+                                     int head_dim, int64_t rows) {
+  int64_t const row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  int const lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  int const i = int(row % ws.seqlen_q_rounded);
+  int64_t const bh = row / ws.seqlen_q_rounded;
+  int const h = int(bh % heads);
+  int const b = int(bh / heads);
+  float dot = 0.f;
+  float lse_log2 = INFINITY;  // padding: P = exp2(s - inf) = 0
+  if (i < seqlen_q) {
+    const T* o = out + b * out_t.stride[0] + i * out_t.stride[1] + h * out_t.stride[2];
+    const T* d = dout + b * dout_t.stride[0] + i * dout_t.stride[1] + h * dout_t.stride[2];
+    for (int c = lane; c < head_dim; c += 32) dot += to_float(o[c]) * to_float(d[c]);
+    float const l = lse[bh * seqlen_q + i];
+    // A row that saw no key has LSE -inf and P = 0 everywhere: +inf gives that.
+    lse_log2 = l == -INFINITY ? INFINITY : l * float(M_LOG2E);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
+  if (lane == 0) {
+    ws.dpsum[row] = dot;
+    ws.lse_log2[row] = lse_log2;
+  }
+}
+
+// One thread per element of dq.
+template <class T>
+__global__ void bwd_dq_convert_kernel(T* dq, Tensor4d dq_t, BwdWorkspaceView ws, float scale,
+                                      int seqlen_q, int heads, int head_dim, int64_t elements) {
+  int64_t const e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (e >= elements) return;
+  int const c = int(e % head_dim);
+  int64_t const row = e / head_dim;  // (batch, head, row) of the accumulator
+  int const i = int(row % seqlen_q);
+  int64_t const bh = row / seqlen_q;
+  int const h = int(bh % heads);
+  int const b = int(bh / heads);
+  float const acc = ws.dq_accum[(bh * ws.seqlen_q_rounded + i) * head_dim + c];
+  dq[b * dq_t.stride[0] + i * dq_t.stride[1] + h * dq_t.stride[2] + c] = from_float<T>(acc * scale);
+}
+
+__global__ void zero_fill_kernel(uint16_t* data, Tensor4d t, int seqlen, int heads, int head_dim,
+                                 int64_t elements) {
+  int64_t const e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (e >= elements) return;
+  int const c = int(e % head_dim);
+  int64_t const r = e / head_dim;
+  int const h = int(r % heads);
+  int const s = int(r / heads % seqlen);
+  int const b = int(r / heads / seqlen);
+  data[b * t.stride[0] + s * t.stride[1] + h * t.stride[2] + c] = 0;  // +0.0 in fp16 and bf16
+}
+
+template <class T>
+cudaError_t launch_preprocess(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
+  int64_t const rows = int64_t(p.batch) * p.heads_q * ws.seqlen_q_rounded;
+  bwd_row_stats_kernel<T><<<blocks_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(
+      static_cast<const T*>(p.out.data), static_cast<const T*>(p.dout.data), p.out, p.dout, p.lse,
+      ws, p.seqlen_q, p.heads_q, p.head_dim, rows);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_dq_convert(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
+  int64_t const elements = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
+  bwd_dq_convert_kernel<T><<<blocks_for(elements, kThreads), kThreads, 0, stream>>>(
+      static_cast<T*>(p.dq.data), p.dq, ws, p.softmax_scale, p.seqlen_q, p.heads_q, p.head_dim,
+      elements);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t run_bwd_preprocess(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
+  return p.dtype == DType::kBFloat16 ? launch_preprocess<__nv_bfloat16>(p, ws, stream)
+                                     : launch_preprocess<__half>(p, ws, stream);
+}
+
+cudaError_t run_bwd_dq_convert(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
+  return p.dtype == DType::kBFloat16 ? launch_dq_convert<__nv_bfloat16>(p, ws, stream)
+                                     : launch_dq_convert<__half>(p, ws, stream);
+}
+
+cudaError_t run_zero_fill(const Tensor4d& t, int batch, int seqlen, int heads, int head_dim,
+                          cudaStream_t stream) {
+  int64_t const elements = int64_t(batch) * seqlen * heads * head_dim;
+  if (elements == 0) return cudaSuccess;
+  zero_fill_kernel<<<blocks_for(elements, kThreads), kThreads, 0, stream>>>(
+      static_cast<uint16_t*>(t.data), t, seqlen, heads, head_dim, elements);
+  return cudaGetLastError();
+}
+
+}  // namespace flash3::kernels

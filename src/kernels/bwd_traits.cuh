@@ -1,0 +1,136 @@
+// Compile-time shape of one backward kernel: tiles, shared-memory layouts,
+// WGMMA atoms for the five GEMMs, TMA copy types, pipelines.
+//
+// A CTA keeps one block of keys (K, V) resident and walks the query blocks.
+// Per query block the two consumer warpgroups compute, in the transposed
+// orientation (keys as rows, so that P^T and dS^T are accumulators with the
+// key dimension as M):
+//   S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T - lse), dS^T = P^T (dP^T - D)
+//   dV += P^T dO, dK += dS^T Q, dQ (+)= dS K  (atomically into fp32 memory)
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "kernels/fwd_traits.cuh"
+#include "kernels/tile_config.h"
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+// The K-major swizzle atom whose width divides `kColumns` elements: a tile
+// that a GEMM later reads MN-major in slices of kColumns must not cut a
+// swizzle atom.
+template <class Element, int kColumns>
+using SmemAtomForColumns = std::conditional_t<(kColumns % 64 == 0), GMMA::Layout_K_SW128_Atom<Element>,
+                                              GMMA::Layout_K_SW64_Atom<Element>>;
+
+// The same bytes as `Layout` (rows, cols[, stage]) seen as (cols, rows[, stage]).
+template <class Layout, class Shape2d>
+using TransposedView = decltype(composition(
+    Layout{}, make_ordered_layout(Shape2d{}, Step<_2, _1, _3>{})));
+
+template <class Element_, int kHeadDim_, bool kCausal_>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr BwdTileConfig kTile = bwd_tile_config(kHeadDim);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.q_stages;
+
+  static constexpr int kNumConsumerWarpgroups = 2;
+  static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
+  static constexpr int kNumThreads = kNumConsumerThreads + cutlass::NumThreadsPerWarpGroup;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  // S^T / dP^T: split over keys when there are 64 per warpgroup, else over queries.
+  static constexpr int kSdPWarpgroupsM = kBlockN / 64;
+  static constexpr int kSdPWarpgroupsN = kNumConsumerWarpgroups / kSdPWarpgroupsM;
+  static_assert(kSdPWarpgroupsM * kSdPWarpgroupsN == kNumConsumerWarpgroups);
+  // Split over keys, a warpgroup's P^T and dS^T rows are exactly the rows of
+  // its dV and dK: they feed those GEMMs from registers.
+  static constexpr bool kDKVFromRegisters = kSdPWarpgroupsM == kNumConsumerWarpgroups;
+
+  using TiledMmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kBlockM / kSdPWarpgroupsN>, Int<kHeadDim>>>(),
+      Layout<Shape<Int<kSdPWarpgroupsM>, Int<kSdPWarpgroupsN>, _1>>{}));
+
+  // dV += P^T dO and dK += dS^T Q: M = keys, N = head dim, K = queries.
+  using TiledMmaDKV = std::conditional_t<
+      kDKVFromRegisters,
+      decltype(make_tiled_mma(
+          GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+                               GMMA::Major::K, GMMA::Major::MN>(),
+          Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>{})),
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float,
+                               Shape<_64, Int<kHeadDim / kNumConsumerWarpgroups>, Int<kBlockM>>,
+                               GMMA::Major::K, GMMA::Major::MN>(),
+          Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>{}))>;
+
+  // dQ = dS K: M = queries, N = head dim (split between the warpgroups), K = keys.
+  static constexpr int kDQColumnsPerWarpgroup = kHeadDim / kNumConsumerWarpgroups;
+  using TiledMmaDQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<_64, Int<kDQColumnsPerWarpgroup>, Int<kBlockN>>,
+                           GMMA::Major::MN, GMMA::Major::MN>(),
+      Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>{}));
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  static_assert(kHeadDim % 64 == 0 && kBlockM == 64);
+  // Q and dO: (queries, head dim, stage); read K-major by S^T / dP^T and
+  // MN-major (head dim as N) by dK / dV.
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutQt = TransposedView<SmemLayoutQ, Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>>;
+  // K: (keys, head dim); dQ reads it MN-major in slices of kDQColumnsPerWarpgroup.
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomForColumns<Element, kDQColumnsPerWarpgroup>{},
+                                             Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutKt = TransposedView<SmemLayoutK, Shape<Int<kHeadDim>, Int<kBlockN>, _1>>;
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // dS^T (and P^T when they go through shared memory): (keys, queries,
+  // buffer), double-buffered so one barrier per step orders writers and readers.
+  static constexpr int kDSBuffers = 2;
+  using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSBuffers>>{}));
+  using SmemLayoutPdSt = TransposedView<SmemLayoutPdS, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSBuffers>>>;
+
+  using GmemTensor = typename FwdTraits<Element, kHeadDim, kCausal>::GmemTensor;
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{},
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+
+  static constexpr uint32_t kQTileBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutQ{}));
+  static constexpr uint32_t kRowStatBytes = sizeof(float) * kBlockM;
+  static constexpr uint32_t kKVBytes = 2 * sizeof(Element) * kBlockN * kHeadDim;
+
+  // One pipeline for Q (+ its LSE), one for dO (+ its D = rowsum(dO * O)).
+  using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename PipelineQ::PipelineState;
+
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutPdS>, 1024> ds;
+    cute::array_aligned<Element, kDKVFromRegisters ? 1 : cute::cosize_v<SmemLayoutPdS>, 1024> p;
+    cute::array_aligned<float, kBlockM * kStages, 128> lse_log2;
+    cute::array_aligned<float, kBlockM * kStages, 128> dpsum;
+    typename PipelineQ::SharedStorage pipeline_q;
+    typename PipelineQ::SharedStorage pipeline_do;
+    cutlass::arch::ClusterTransactionBarrier barrier_kv;
+  };
+  static_assert(sizeof(SharedStorage) <= 227 * 1024, "exceeds Hopper's shared memory per block");
+};
+
+}  // namespace flash3::kernels

@@ -1,0 +1,43 @@
+// Host-side helpers every kernel launch uses.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+
+#include <type_traits>
+
+#include "flash3/flash3.hpp"
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+template <DType kDType>
+using ElementOf = std::conditional_t<kDType == DType::kBFloat16, cutlass::bfloat16_t, cutlass::half_t>;
+
+// Raises the dynamic shared-memory limit of `kernel` once per device.
+template <class Kernel>
+cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
+  constexpr int kMaxDevices = 64;
+  static bool done[kMaxDevices] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < kMaxDevices && done[device]) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess && device < kMaxDevices) done[device] = true;
+  return e;
+}
+
+template <class Traits>
+typename Traits::GmemTensor gmem_tensor(Tensor4d const& t, int batch, int seqlen, int heads) {
+  using Element = typename Traits::Element;
+  return make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(t.data)),
+      make_layout(make_shape(int32_t(seqlen), Int<Traits::kHeadDim>{}, int32_t(heads), int32_t(batch)),
+                  make_stride(t.stride[1], _1{}, t.stride[2], t.stride[0])));
+}
+
+}  // namespace flash3::kernels

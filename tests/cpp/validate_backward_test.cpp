@@ -1,0 +1,115 @@
+// validate_backward and the workspace layout, with exact messages. No GPU needed.
+#include <gtest/gtest.h>
+
+#include "host/bwd_workspace.hpp"
+#include "host/validate.hpp"
+#include "test_params.hpp"
+
+namespace flash3::host {
+namespace {
+
+using flash3::testing::valid_backward_params;
+
+BuildConfig all_built() {
+  BuildConfig c;
+  for (DType d : kKnownDTypes)
+    for (int h : kSupportedHeadDims) c.add(d, h);
+  return c;
+}
+
+void expect_error(const BackwardParams& p, Status status, const std::string& message) {
+  const CheckResult r = validate_backward(p, all_built());
+  EXPECT_EQ(r.status, status) << r.message;
+  EXPECT_EQ(r.message, message);
+}
+
+TEST(ValidateBackward, AcceptsEveryDtypeAndHeadDim) {
+  for (DType d : kKnownDTypes)
+    for (int h : kSupportedHeadDims) {
+      const CheckResult r = validate_backward(valid_backward_params(d, h), all_built());
+      EXPECT_TRUE(r.ok()) << r.message;
+    }
+}
+
+TEST(ValidateBackward, AppliesTheForwardRules) {
+  BackwardParams p = valid_backward_params();
+  p.heads_kv = 3;
+  expect_error(p, Status::kInvalidArgument, "num_heads_q (8) must be divisible by num_heads_kv (3)");
+  p = valid_backward_params();
+  p.out.stride[3] = 2;
+  expect_error(p, Status::kInvalidArgument,
+               "out: head_dim stride must be 1 (last dimension contiguous); got 2");
+}
+
+TEST(ValidateBackward, ChecksGradientTensors) {
+  BackwardParams p = valid_backward_params();
+  p.dout.data = nullptr;
+  expect_error(p, Status::kInvalidArgument, "dout: expected a non-null data pointer; got NULL");
+  p = valid_backward_params();
+  p.dq.stride[1] = 12;
+  expect_error(p, Status::kInvalidArgument,
+               "dq: seqlen stride must be a multiple of 8 elements (16 bytes, needed by TMA); got 12");
+  p = valid_backward_params();
+  p.dv.stride[3] = 0;
+  expect_error(p, Status::kInvalidArgument,
+               "dv: head_dim stride must be 1 (last dimension contiguous); got 0");
+}
+
+TEST(ValidateBackward, NeedsLseAndWorkspace) {
+  BackwardParams p = valid_backward_params();
+  p.lse = nullptr;
+  expect_error(p, Status::kInvalidArgument,
+               "lse: expected the forward's LSE, (batch, num_heads_q, seqlen_q) fp32; got NULL");
+  p = valid_backward_params();
+  const size_t needed = p.workspace_bytes;
+  p.workspace = nullptr;
+  expect_error(p, Status::kInvalidArgument,
+               "workspace: expected device memory of at least " + std::to_string(needed) +
+                   " bytes (backward_workspace_size); got NULL");
+  p = valid_backward_params();
+  p.workspace_bytes -= 1;
+  expect_error(p, Status::kInvalidArgument,
+               "workspace_bytes: expected at least " + std::to_string(needed) +
+                   " (backward_workspace_size); got " + std::to_string(needed - 1));
+}
+
+TEST(ValidateBackward, EmptyProblemsNeedNoLseOrWorkspace) {
+  BackwardParams p = valid_backward_params();
+  p.seqlen_k = 0;
+  p.lse = nullptr;
+  p.workspace = nullptr;
+  p.k.data = p.v.data = p.dk.data = p.dv.data = nullptr;
+  EXPECT_TRUE(validate_backward(p, all_built()).ok());
+  p = valid_backward_params();
+  p.seqlen_q = 0;
+  p.lse = nullptr;
+  p.workspace = nullptr;
+  p.q.data = p.dq.data = p.out.data = p.dout.data = nullptr;
+  EXPECT_TRUE(validate_backward(p, all_built()).ok());
+}
+
+TEST(BwdWorkspace, PadsRowsToQueryBlocksAndAlignsRegions) {
+  // 113 rows -> 2 blocks of 64 = 128 padded rows per (batch, head).
+  const BwdWorkspaceLayout l = bwd_workspace_layout(2, 8, 113, 128);
+  EXPECT_EQ(l.seqlen_q_rounded, 128);
+  EXPECT_EQ(l.m_blocks, 2);
+  const size_t rows = 2 * 8 * 128;
+  EXPECT_EQ(l.lse_offset, 0u);
+  EXPECT_EQ(l.dpsum_offset, rows * 4);
+  EXPECT_EQ(l.dq_accum_offset, 2 * rows * 4);
+  EXPECT_EQ(l.dq_accum_bytes, rows * 128 * 4);
+  EXPECT_EQ(l.semaphore_offset, l.dq_accum_offset + l.dq_accum_bytes);
+  EXPECT_EQ(l.semaphore_bytes, 2u * 8 * 2 * 4);
+  EXPECT_EQ(l.bytes, l.semaphore_offset + 256);
+  for (size_t offset : {l.dpsum_offset, l.dq_accum_offset, l.semaphore_offset, l.bytes})
+    EXPECT_EQ(offset % kWorkspaceAlign, 0u);
+}
+
+TEST(BwdWorkspace, EmptyForNoWork) {
+  EXPECT_EQ(bwd_workspace_layout(0, 8, 113, 128).bytes, 0u);
+  EXPECT_EQ(bwd_workspace_layout(2, 8, 0, 128).bytes, 0u);
+  EXPECT_EQ(bwd_workspace_layout(-1, 8, 10, 128).bytes, 0u);
+}
+
+}  // namespace
+}  // namespace flash3::host

@@ -1,0 +1,57 @@
+"""Helpers the GPU numerics tests share: built-configuration queries, random
+inputs, and the DESIGN.md 3 tolerance rule. The `seed` fixture is in conftest.py."""
+
+import re
+
+import pytest
+import torch
+
+from flash3 import _lib
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _built():
+    info = _lib.build_info()
+    dtypes = set(re.search(r"dtypes=([\w,]+)", info).group(1).split(","))
+    head_dims = {int(x) for x in re.search(r"head_dims=([\d,]+)", info).group(1).split(",")}
+    return dtypes, head_dims, info
+
+
+def require_built(dtype_name, head_dim):
+    dtypes, head_dims, info = _built()
+    if dtype_name not in dtypes or head_dim not in head_dims:
+        pytest.skip(f"{dtype_name} head_dim {head_dim} not built into this library ({info})")
+
+
+def _where(seed):
+    return f"(seed {seed}; rerun with FLASH3_TEST_SEED={seed})"
+
+
+def make_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype):
+    q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device="cuda")
+    k = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device="cuda")
+    v = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device="cuda")
+    return q, k, v
+
+
+def _max_abs(x):
+    return float(x.abs().max()) if x.numel() else 0.0
+
+
+def assert_rule(name, got, ref, lowp, seed):
+    """The DESIGN.md 3 rule on finite entries of ref."""
+    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
+    bad = (~torch.isfinite(got)).sum().item()
+    assert bad == 0, f"{name}: {bad} non-finite values of {got.numel()} {_where(seed)}"
+    err = _max_abs(got.double() - ref.double())
+    base = _max_abs(lowp.double() - ref.double())
+    assert err <= 2 * base + 1e-5, (
+        f"{name}: max|flash3 - ref| = {err:.3e} > 2 * max|lowp - ref| + 1e-5 = "
+        f"{2 * base + 1e-5:.3e} {_where(seed)}")
+
+
+def _any_built():
+    dtypes, head_dims, _ = _built()
+    dtype_name = "bf16" if "bf16" in dtypes else sorted(dtypes)[0]
+    return dtype_name, DTYPES[dtype_name], min(head_dims)

@@ -1,0 +1,194 @@
+"""Backward numerics on the GPU, by the rule of DESIGN.md 3 for dq, dk, dv:
+
+    max|grad - ref| <= 2 * max|grad_lowp - ref| + 1e-5
+
+with ref the gradient of the fp32 reference (torch autograd) and grad_lowp
+the gradient of the reference computed in the input dtype. Plus: the
+deterministic mode is bitwise reproducible, autograd through
+flash_attn_func and torch.compile reach the same kernels.
+
+Skips unless a Hopper (sm_90) GPU is visible to torch.
+"""
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+if torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip(f"flash3 needs sm_90; found {torch.cuda.get_device_name()}", allow_module_level=True)
+
+import flash3  # noqa: E402
+from flash3.reference import attention_ref  # noqa: E402
+
+from attention_checks import (  # noqa: E402
+    DTYPES, _any_built, _where, assert_rule, make_qkv, require_built)
+
+HEAD_DIMS = (64, 128, 256)
+GQA_RATIOS = (1, 2, 8)
+HEADS_KV = 2
+
+# (batch, seqlen_q, seqlen_k): multiples of no tile (the backward's are 64
+# queries x 128 or 64 keys), both orders of unequal lengths, batch > 1.
+SMALL_LENGTHS = [
+    (1, 1, 1), (2, 17, 17), (1, 113, 255), (2, 255, 113), (1, 128, 128), (2, 799, 799),
+]
+LARGE_LENGTHS = [(1, 1023, 2049), (1, 2049, 1023), (2, 2049, 2049), (1, 4096, 4096)]
+
+
+def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True):
+    leaves = [(x.float() if upcast else x).detach().requires_grad_() for x in (q, k, v)]
+    out, _ = attention_ref(*leaves, softmax_scale=softmax_scale, causal=causal, upcast=upcast)
+    out.backward(dout.float() if upcast else dout)
+    return [x.grad for x in leaves]
+
+
+def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False):
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out = flash3.flash_attn_func(*leaves, softmax_scale=softmax_scale, causal=causal,
+                                 deterministic=deterministic)
+    out.backward(dout)
+    return [x.grad for x in leaves]
+
+
+def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, deterministic=False):
+    if dout is None:
+        dout = torch.randn_like(q)
+    got = flash3_grads(q, k, v, dout, causal, softmax_scale, deterministic)
+    ref = reference_grads(q, k, v, dout, causal, softmax_scale)
+    lowp = reference_grads(q, k, v, dout, causal, softmax_scale, upcast=False)
+    for name, g, r, lo, x in zip(("dq", "dk", "dv"), got, ref, lowp, (q, k, v)):
+        assert g.dtype == x.dtype and g.shape == x.shape, f"{name} {_where(seed)}"
+        assert_rule(name, g.float(), r, lo.float(), seed)
+
+
+def _cases():
+    for (dtype_name, head_dim, causal, ratio, lengths) in itertools.product(
+            DTYPES, HEAD_DIMS, (False, True), GQA_RATIOS, SMALL_LENGTHS):
+        yield dtype_name, head_dim, causal, ratio, lengths
+    for i, (dtype_name, head_dim, causal, lengths) in enumerate(itertools.product(
+            DTYPES, HEAD_DIMS, (False, True), LARGE_LENGTHS)):
+        yield dtype_name, head_dim, causal, GQA_RATIOS[i % len(GQA_RATIOS)], lengths
+
+
+def _case_id(case):
+    dtype_name, head_dim, causal, ratio, (b, sq, sk) = case
+    return f"{dtype_name}-d{head_dim}-{'causal' if causal else 'full'}-gqa{ratio}-b{b}-{sq}x{sk}"
+
+
+@pytest.mark.parametrize("case", list(_cases()), ids=_case_id)
+def test_backward_matches_reference(case, seed):
+    dtype_name, head_dim, causal, ratio, (batch, seqlen_q, seqlen_k) = case
+    require_built(dtype_name, head_dim)
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, HEADS_KV * ratio, HEADS_KV, head_dim,
+                       DTYPES[dtype_name])
+    check_grads(q, k, v, seed, causal)
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_noncontiguous_inputs_and_dout(head_dim, seed):
+    require_built("bf16", head_dim)
+    packed = torch.randn(2, 300, 3, 4, head_dim, dtype=torch.bfloat16, device="cuda")
+    q, k, v = packed.unbind(2)  # strided views of one (b, s, 3, h, d) buffer
+    dout = torch.randn(2, 4, 300, head_dim, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
+    check_grads(q, k, v, seed, causal=True, dout=dout)
+
+
+@pytest.mark.parametrize("softmax_scale", [0.05, 0.3])
+def test_softmax_scale(softmax_scale, seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 200, 333, 4, 2, d, dtype)
+    check_grads(q, k, v, seed, causal=True, softmax_scale=softmax_scale)
+
+
+def test_rule_detects_a_wrong_gradient(seed):
+    # Negative control: gradients of a different problem (another softmax
+    # scale) must fail the rule, or the comparisons above prove nothing.
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(1, 200, 300, 2, 2, d, dtype)
+    dout = torch.randn_like(q)
+    wrong = flash3_grads(q, k, v, dout, causal=True, softmax_scale=1.1 / d ** 0.5)
+    ref = reference_grads(q, k, v, dout, True)
+    lowp = reference_grads(q, k, v, dout, True, upcast=False)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), wrong, ref, lowp):
+        with pytest.raises(AssertionError):
+            assert_rule(name, g.float(), r, lo.float(), seed)
+
+
+def test_causal_rows_without_keys(seed):
+    # seqlen_q > seqlen_k, causal: the first rows see no key (lse -inf); their
+    # dq is 0 and they add nothing to dk, dv.
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(1, 300, 100, 2, 2, d, dtype)
+    check_grads(q, k, v, seed, causal=True)
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(0, 50), (50, 0), (0, 0)])
+def test_zero_length_gives_zero_grads(seqlen_q, seqlen_k, seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, 4, 2, d, dtype)
+    dq, dk, dv = flash3_grads(q, k, v, torch.randn_like(q), causal=False)
+    for g, x in ((dq, q), (dk, k), (dv, v)):
+        assert g.shape == x.shape and (g == 0).all()
+
+
+def _deterministic_grads(q, k, v, dout, causal, runs):
+    first = flash3_grads(q, k, v, dout, causal, deterministic=True)
+    for run in range(runs - 1):
+        again = flash3_grads(q, k, v, dout, causal, deterministic=True)
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), f"{name} differs on run {run + 2} of {runs}"
+    return first
+
+
+def test_deterministic_small_1000_runs(seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(1, 333, 555, 4, 2, d, dtype)
+    dout = torch.randn_like(q)
+    _deterministic_grads(q, k, v, dout, causal=False, runs=1000)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic_large_20_runs(causal, seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 4096, 4096, 8, 2, d, dtype)
+    dout = torch.randn_like(q)
+    grads = _deterministic_grads(q, k, v, dout, causal, runs=20)
+    check_grads(q, k, v, seed, causal, dout=dout, deterministic=True)
+    assert all(g.isfinite().all() for g in grads)
+
+
+def test_torch_compile_forward_and_backward(seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 256, 256, 4, 2, d, dtype)
+    dout = torch.randn_like(q)
+
+    @torch.compile(fullgraph=True)
+    def loss(q, k, v):
+        return (flash3.flash_attn_func(q, k, v, causal=True) * dout).sum()
+
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    loss(*leaves).backward()
+    eager = flash3_grads(q, k, v, dout, causal=True, deterministic=True)
+    again = flash3_grads(q, k, v, dout, causal=True, deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(eager, again))
+    ref = reference_grads(q, k, v, dout, True)
+    lowp = reference_grads(q, k, v, dout, True, upcast=False)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), [x.grad for x in leaves], ref, lowp):
+        assert_rule(f"{name} [compiled]", g.float(), r, lo.float(), seed)
+
+
+def test_bad_backward_inputs_name_the_argument():
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(1, 64, 64, 2, 2, d, dtype)
+    out, lse = flash3.flash_attn_func(q, k, v, return_lse=True)
+    dout = torch.randn_like(out)
+    bwd = torch.ops.flash3.bwd
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"lse: .*\(1, 2, 64\).*\(1, 2, 32\)"):
+        bwd(dout, q, k, v, out, lse[:, :, :32].contiguous(), None, False, False)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="dout: dtype"):
+        bwd(dout.float(), q, k, v, out, lse, None, False, False)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="out: shape"):
+        bwd(dout, q, k, v, out[:, :32], lse, None, False, False)
