@@ -1,6 +1,6 @@
 // flash3::backward: validate -> (nothing to compute? zero the gradients) ->
 // device and pointer checks -> default scale -> workspace: zero dQ's
-// accumulator, row statistics -> main kernel -> dQ conversion.
+// accumulator, row statistics -> main kernel and dQ conversion.
 #include <cmath>
 #include <exception>
 #include <new>
@@ -92,7 +92,6 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
                                      static_cast<int>(p.dtype), " head_dim ", p.head_dim,
                                      " although validation passed"));
   if (*launched != cudaSuccess) return cuda_failure(*launched);
-  if (cudaError_t e = kernels::run_bwd_dq_convert(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
   return {};
 }
 

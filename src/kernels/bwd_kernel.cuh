@@ -1,6 +1,7 @@
 // The backward kernel: one producer warpgroup feeding two consumer
 // warpgroups; one (key block, KV head, batch) tile per CTA. dK and dV are
-// written at the end; dQ is added into the fp32 workspace per query block.
+// written at the end; dQ is added into the fp32 workspace per query block
+// (dq_accumulator.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -15,6 +16,9 @@
 namespace flash3::kernels {
 
 using namespace cute;
+
+// Warps of the producer warpgroup: warp 0's first thread issues the loads.
+enum class ProducerWarp : int { kLoad = 0, kDQWriter = 1 };
 
 template <class Traits, class FragDKV>
 CUTE_DEVICE void store_dkv(BwdKernelParams<Traits> const& p, BwdTile tile, int thread, int which,
@@ -60,23 +64,35 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  BwdTile const tile{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
-  typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k};
-  int const m_begin = mask.m_block_begin(tile.n_block);
-  int const m_end = ceil_div(params.seqlen_q, int(Traits::kBlockM));
-  int const head_begin = tile.kv_head * params.heads_per_kv_head;
-  int const head_end = head_begin + params.heads_per_kv_head;
+  // Derived after setmaxnreg in each branch: values live across it are spilled.
+  auto const work = [&] {
+    BwdTile const tile{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k};
+    int const head_begin = tile.kv_head * params.heads_per_kv_head;
+    return cute::make_tuple(tile, mask.m_block_begin(tile.n_block),
+                            ceil_div(params.seqlen_q, int(Traits::kBlockM)), head_begin,
+                            head_begin + params.heads_per_kv_head);
+  };
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    auto const [tile, m_begin, m_end, head_begin, head_end] = work();
+    int const warp = cutlass::canonical_warp_idx_sync();
     if (is_producer_thread) {
       Mainloop::load_kv(params, smem, tile);
       auto write = cutlass::make_producer_start_state<PipelineQ>();
       for (int head = head_begin; head < head_end; ++head)
         Mainloop::load_q_do(params, smem, tile, head, m_begin, m_end, pipeline_q, pipeline_do, write);
+    } else if (Traits::kDQInSmem && warp == int(ProducerWarp::kDQWriter)) {
+      int const steps = (head_end - head_begin) * (m_end - m_begin);
+      int step = 0;
+      for (int head = head_begin; head < head_end; ++head)
+        DQAccumulator<Traits>::writer(params, smem.dq.data(), tile.batch, head, tile.n_block,
+                                      m_begin, m_end, step, steps);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+    auto const [tile, m_begin, m_end, head_begin, head_end] = work();
     int const thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
     typename Traits::TiledMmaDKV mma_dkv;
     using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;

@@ -1,6 +1,6 @@
 // Host side of one backward instantiation: TMA descriptors, grid, launch of
-// the main kernel (the pre- and postprocessing kernels are dtype-generic,
-// in bwd_preprocess.cu).
+// the main kernel and of the dQ conversion (the row statistics kernel is
+// generic over head dims, in bwd_preprocess.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -52,6 +52,10 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
   // of lower key blocks, which were scheduled before it.
   dim3 const grid(ceil_div(p.seqlen_k, Traits::kBlockN), p.heads_kv, p.batch);
   kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(kp);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  dim3 const convert_grid(ceil_div(p.seqlen_q, Traits::kBlockM), p.heads_q, p.batch);
+  bwd_dq_convert_kernel<Traits><<<convert_grid, Traits::kNumConsumerThreads, 0, stream>>>(
+      kp, static_cast<Element*>(p.dq.data), p.dq.stride[0], p.dq.stride[1], p.dq.stride[2]);
   return cudaGetLastError();
 }
 

@@ -2,12 +2,12 @@
 // statistics per query block) and the consumers' five GEMMs per query block.
 #pragma once
 
-#include <cuda/atomic>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "kernels/attention_mask.cuh"
 #include "kernels/bwd_kernel_params.cuh"
+#include "kernels/dq_accumulator.cuh"
 #include "kernels/fragment_layout.cuh"
 #include "kernels/online_softmax.cuh"
 #include "kernels/wgmma_gemm.cuh"
@@ -24,9 +24,6 @@ struct BwdTile {
   int kv_head;
   int batch;
 };
-
-// Named-barrier ids (CUTLASS adds its reserved count).
-enum class BwdNamedBarrier : uint32_t { kPdSWritten = 0, kDQOrder = 1 };
 
 template <class Traits>
 struct BwdMainloop {
@@ -84,6 +81,7 @@ struct BwdMainloop {
                                           group_modes<0, 2>(gdO));
     float const* lse = p.ws.lse_log2 + row_stats_offset(p, tile.batch, head);
     float const* dpsum = p.ws.dpsum + row_stats_offset(p, tile.batch, head);
+#pragma unroll 1  // unrolled, the loop needs more than the producer's registers
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
       int const stage = write.index();
       pipeline_q.producer_acquire(write);
@@ -97,66 +95,6 @@ struct BwdMainloop {
       SM90_BULK_COPY_G2S::copy(dpsum + m_block * kBlockM, barrier_do,
                                smem.dpsum.data() + stage * kBlockM, Traits::kRowStatBytes);
       ++write;
-    }
-  }
-
-  // Writes a transposed-orientation fragment (keys, queries) into buffer
-  // `buffer` of a (keys, queries, buffer) shared-memory tile.
-  template <class Frag, class Coords, class SmemTile>
-  CUTE_DEVICE static void write_smem_pairs(Frag const& frag, Coords const& coords, SmemTile& smem_tile,
-                                           int buffer) {
-    CUTE_UNROLL
-    for (int i = 0; i < size<0>(frag); ++i) {
-      CUTE_UNROLL
-      for (int j = 0; j < size<1>(frag); j += 2) {
-        cutlass::Array<Element, 2> pair;
-        pair[0] = frag(i, j);
-        pair[1] = frag(i, j + 1);
-        auto const c = coords(i, j);
-        *reinterpret_cast<cutlass::Array<Element, 2>*>(&smem_tile(get<0>(c), get<1>(c), buffer)) = pair;
-      }
-    }
-  }
-
-  // Adds this warpgroup's share of dS K for query block m_block into the fp32
-  // accumulator; in deterministic mode key blocks add in ascending order.
-  template <class FragDQ>
-  CUTE_DEVICE static void add_dq(Params const& p, BwdTile tile, int head, int m_block, int thread,
-                                 FragDQ const& acc_dq) {
-    typename Traits::TiledMmaDQ mma_dq;
-    Tensor tdQcdQ = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(TileQ{}));
-    Tensor coords = make_tensor(tdQcdQ.data(), acc_rowcol_layout(tdQcdQ.layout()));
-    Tensor dq = make_tensor(acc_dq.data(), acc_rowcol_layout(acc_dq.layout()));
-    float* tile_accum = p.ws.dq_accum +
-                        (row_stats_offset(p, tile.batch, head) + m_block * kBlockM) * kHeadDim;
-    constexpr uint32_t kConsumerThreads = Traits::kNumConsumerThreads;
-    int* semaphore = nullptr;
-    if (p.deterministic) {
-      int const m_blocks = p.ws.seqlen_q_rounded / kBlockM;
-      semaphore = p.ws.dq_semaphore + (int64_t(tile.batch) * p.heads_q + head) * m_blocks + m_block;
-      if (thread == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> turn(*semaphore);
-        while (turn.load(cuda::memory_order_acquire) != tile.n_block) {
-        }
-      }
-      cutlass::arch::NamedBarrier::sync(kConsumerThreads, uint32_t(BwdNamedBarrier::kDQOrder));
-    }
-    CUTE_UNROLL
-    for (int i = 0; i < size<0>(dq); ++i) {
-      CUTE_UNROLL
-      for (int j = 0; j < size<1>(dq); j += 2) {
-        auto const c = coords(i, j);
-        atomicAdd(reinterpret_cast<float2*>(tile_accum + get<0>(c) * kHeadDim + get<1>(c)),
-                  make_float2(dq(i, j), dq(i, j + 1)));
-      }
-    }
-    if (p.deterministic) {
-      __threadfence();
-      cutlass::arch::NamedBarrier::sync(kConsumerThreads, uint32_t(BwdNamedBarrier::kDQOrder));
-      if (thread == 0) {
-        cuda::atomic_ref<int, cuda::thread_scope_device> turn(*semaphore);
-        turn.store(tile.n_block + 1, cuda::memory_order_release);
-      }
     }
   }
 
@@ -196,6 +134,11 @@ struct BwdMainloop {
     Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);    // (MMA, MMA_M, MMA_K, buffer)
     Tensor tdQrKt = thr_dq.partition_fragment_B(sKt(_, _, 0));
 
+    auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto r2s_thread = r2s.get_thread_slice(thread);
+    Tensor tdSsdS = r2s_thread.partition_D(sdS);  // (CPY, CPY_M, CPY_N, buffer)
+    Tensor tPsP = r2s_thread.partition_D(sP);
+
     Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileST{}));
     Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
     constexpr int kCols = decltype(size<1>(coords))::value;
@@ -211,13 +154,10 @@ struct BwdMainloop {
       pipeline_do.consumer_wait(read);
       warpgroup_gemm<true>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), acc_dp);
 
-      float lse_col[kCols], dpsum_col[kCols];
-      CUTE_UNROLL
-      for (int j = 0; j < kCols; ++j) {
-        int const q = get<1>(coords(0, j));
-        lse_col[j] = smem.lse_log2[stage * kBlockM + q];
-        dpsum_col[j] = smem.dpsum[stage * kBlockM + q];
-      }
+      // Row statistics are per query, i.e. per column here: read each once per
+      // column (a column's rows share it) rather than holding them all.
+      float const* lse = smem.lse_log2.data() + stage * kBlockM;
+      float const* dpsum = smem.dpsum.data() + stage * kBlockM;
       Tensor scores = as_rowcol(acc_s);
       Tensor dp = as_rowcol(acc_dp);
       warpgroup_wait<1>();
@@ -225,39 +165,41 @@ struct BwdMainloop {
         mask.apply_transposed(scores, coords, m_block, tile.n_block);
       // P = exp(scale * S - LSE); padded and keyless rows have lse = +inf: P = 0.
       CUTE_UNROLL
-      for (int i = 0; i < size<0>(scores); ++i) {
+      for (int j = 0; j < kCols; ++j) {
+        float const lse_j = lse[get<1>(coords(0, j))];
         CUTE_UNROLL
-        for (int j = 0; j < kCols; ++j)
-          scores(i, j) = fast_exp2(fmaf(scores(i, j), p.scale_log2, -lse_col[j]));
+        for (int i = 0; i < size<0>(scores); ++i)
+          scores(i, j) = fast_exp2(fmaf(scores(i, j), p.scale_log2, -lse_j));
       }
+
       warpgroup_wait<0>();
       CUTE_UNROLL
-      for (int i = 0; i < size<0>(dp); ++i) {
+      for (int j = 0; j < kCols; ++j) {
+        float const dpsum_j = dpsum[get<1>(coords(0, j))];
         CUTE_UNROLL
-        for (int j = 0; j < kCols; ++j) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_col[j]);
+        for (int i = 0; i < size<0>(dp); ++i) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
       }
 
       // P^T and dS^T in the input dtype, laid out as the A operand of m64nNk16.
+      // (Issuing dV += P^T dO before dS is computed would overlap more, but
+      // keeps S, dP and P live together: 116 bytes of spills at d = 128.)
       Tensor tdVrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
       Tensor tdKrdS = make_tensor<Element>(acc_as_operand_a_layout(acc_dp.layout()));
       convert_fragment(acc_s, tdVrP);
       convert_fragment(acc_dp, tdKrdS);
-      write_smem_pairs(make_tensor(tdKrdS.data(), acc_rowcol_layout(acc_dp.layout())), coords, sdS, buffer);
-      if constexpr (!Traits::kDKVFromRegisters)
-        write_smem_pairs(make_tensor(tdVrP.data(), acc_rowcol_layout(acc_s.layout())), coords, sP, buffer);
-      // Generic-proxy stores, then WGMMA (async proxy) reads.
-      cutlass::arch::fence_view_async_shared();
-      auto const written = [] {
-        cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads,
-                                          uint32_t(BwdNamedBarrier::kPdSWritten));
-      };
       if constexpr (Traits::kDKVFromRegisters) {
         warpgroup_gemm<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
         warpgroup_gemm<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
-        written();
       } else {
-        written();
-        Tensor tdVsP = thr_dkv.partition_fragment_A(sP);
+        // stmatrix: 8x8 blocks of the accumulator layout, one row address per thread.
+        copy(r2s, r2s_thread.retile_S(make_tensor(tdVrP.data(), acc_s.layout())), tPsP(_, _, _, buffer));
+      }
+      copy(r2s, r2s_thread.retile_S(make_tensor(tdKrdS.data(), acc_dp.layout())), tdSsdS(_, _, _, buffer));
+      cutlass::arch::fence_view_async_shared();  // generic-proxy stores, WGMMA reads
+      cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads,
+                                        uint32_t(BwdNamedBarrier::kPdSWritten));
+      if constexpr (!Traits::kDKVFromRegisters) {
+        Tensor tdVsP = thr_dkv.partition_fragment_A(sP);  // (MMA, MMA_M, MMA_K, buffer)
         Tensor tdKsdS = thr_dkv.partition_fragment_A(sdS);
         warpgroup_gemm<false>(mma_dkv, tdVsP(_, _, _, buffer), tdVrdOt(_, _, _, stage), acc_dv);
         warpgroup_gemm<false>(mma_dkv, tdKsdS(_, _, _, buffer), tdKrQt(_, _, _, stage), acc_dk);
@@ -270,7 +212,11 @@ struct BwdMainloop {
       pipeline_q.consumer_release(read);
       pipeline_do.consumer_release(read);
       ++read;
-      add_dq(p, tile, head, m_block, thread, acc_dq);
+      if constexpr (Traits::kDQInSmem) {
+        DQAccumulator<Traits>::to_writer(smem.dq.data(), thread, step, acc_dq);
+      } else {
+        DQAccumulator<Traits>::add_atomic(p, tile.batch, head, tile.n_block, m_block, thread, acc_dq);
+      }
     }
   }
 };

@@ -1,6 +1,6 @@
-// The backward's small memory-bound kernels around the main one: row
-// statistics before it, dQ conversion after it, and zero gradients for
-// tensors no score depends on. Generic over head dim (a runtime value here).
+// The backward's small memory-bound kernels that need no tile shape: row
+// statistics before the main kernel, and zero gradients for tensors no score
+// depends on. Generic over head dim (a runtime value here).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,12 +17,6 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 
 __device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ float to_float(__half x) { return __half2float(x); }
-template <class T>
-__device__ T from_float(float x);
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 unsigned blocks_for(int64_t items, int per_block) {
   return static_cast<unsigned>((items + per_block - 1) / per_block);
@@ -57,22 +51,6 @@ __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t
   }
 }
 
-// One thread per element of dq.
-template <class T>
-__global__ void bwd_dq_convert_kernel(T* dq, Tensor4d dq_t, BwdWorkspaceView ws, float scale,
-                                      int seqlen_q, int heads, int head_dim, int64_t elements) {
-  int64_t const e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (e >= elements) return;
-  int const c = int(e % head_dim);
-  int64_t const row = e / head_dim;  // (batch, head, row) of the accumulator
-  int const i = int(row % seqlen_q);
-  int64_t const bh = row / seqlen_q;
-  int const h = int(bh % heads);
-  int const b = int(bh / heads);
-  float const acc = ws.dq_accum[(bh * ws.seqlen_q_rounded + i) * head_dim + c];
-  dq[b * dq_t.stride[0] + i * dq_t.stride[1] + h * dq_t.stride[2] + c] = from_float<T>(acc * scale);
-}
-
 __global__ void zero_fill_kernel(uint16_t* data, Tensor4d t, int seqlen, int heads, int head_dim,
                                  int64_t elements) {
   int64_t const e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -94,25 +72,11 @@ cudaError_t launch_preprocess(const BackwardParams& p, const BwdWorkspaceView& w
   return cudaGetLastError();
 }
 
-template <class T>
-cudaError_t launch_dq_convert(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
-  int64_t const elements = int64_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
-  bwd_dq_convert_kernel<T><<<blocks_for(elements, kThreads), kThreads, 0, stream>>>(
-      static_cast<T*>(p.dq.data), p.dq, ws, p.softmax_scale, p.seqlen_q, p.heads_q, p.head_dim,
-      elements);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 cudaError_t run_bwd_preprocess(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
   return p.dtype == DType::kBFloat16 ? launch_preprocess<__nv_bfloat16>(p, ws, stream)
                                      : launch_preprocess<__half>(p, ws, stream);
-}
-
-cudaError_t run_bwd_dq_convert(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
-  return p.dtype == DType::kBFloat16 ? launch_dq_convert<__nv_bfloat16>(p, ws, stream)
-                                     : launch_dq_convert<__half>(p, ws, stream);
 }
 
 cudaError_t run_zero_fill(const Tensor4d& t, int batch, int seqlen, int heads, int head_dim,

@@ -13,22 +13,21 @@ namespace flash3::kernels {
 struct BwdWorkspaceView {
   float* lse_log2;    // (batch, heads_q, seqlen_q_rounded): LSE * log2(e); +inf for rows without keys and padding
   float* dpsum;       // (batch, heads_q, seqlen_q_rounded): rowsum(dO * O); 0 for padding
-  float* dq_accum;    // (batch, heads_q, seqlen_q_rounded, head_dim): sum of dS K, unscaled
+  float* dq_accum;    // (batch, heads_q, seqlen_q_rounded * head_dim): sum of dS K, unscaled; each
+                      // query block's tile in the order of dq_accumulator.cuh
   int* dq_semaphore;  // (batch, heads_q, seqlen_q_rounded / block_m): key blocks that have added to dQ
   int seqlen_q_rounded;
 };
 
 // Defined once per (dtype, head dim) in instantiations/bwd_<dtype>_hdim<d>.cu.
 // `params` is validated and resolved; batch, seqlen_q, seqlen_k >= 1; the
-// workspace has been prepared by run_bwd_preprocess.
+// workspace has been prepared by run_bwd_preprocess. Runs the main kernel,
+// then writes dq = softmax_scale * dq_accum in the input dtype.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd(const BackwardParams& params, const BwdWorkspaceView& ws, cudaStream_t stream);
 
 // Writes lse_log2 and dpsum (the caller has zeroed dq_accum and dq_semaphore).
 cudaError_t run_bwd_preprocess(const BackwardParams& params, const BwdWorkspaceView& ws,
-                               cudaStream_t stream);
-// dq = softmax_scale * dq_accum in the input dtype.
-cudaError_t run_bwd_dq_convert(const BackwardParams& params, const BwdWorkspaceView& ws,
                                cudaStream_t stream);
 // Writes zeros into a (batch, seqlen, heads, head_dim) tensor of 16-bit
 // elements (gradients of tensors that nothing depends on).

@@ -47,6 +47,9 @@ struct BwdTraits {
   static constexpr int kNumConsumerWarpgroups = 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
   static constexpr int kNumThreads = kNumConsumerThreads + cutlass::NumThreadsPerWarpGroup;
+  // The launch gives every thread 168 registers (64512 for 384 threads);
+  // setmaxnreg only moves them between warpgroups: 24 + 2 x 240 = 3 x 168.
+  // The producer's loops (loads, dQ writer) fit in 24 when not unrolled.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
 
@@ -109,6 +112,10 @@ struct BwdTraits {
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{},
                                       Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
 
+  // The dQ tile goes through shared memory to a bulk reduce where it fits
+  // (dq_accumulator.cuh); d = 256 uses all 227 KB without it.
+  static constexpr bool kDQInSmem = kHeadDim <= 128;
+
   static constexpr uint32_t kQTileBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutQ{}));
   static constexpr uint32_t kRowStatBytes = sizeof(float) * kBlockM;
   static constexpr uint32_t kKVBytes = 2 * sizeof(Element) * kBlockN * kHeadDim;
@@ -124,6 +131,7 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutPdS>, 1024> ds;
     cute::array_aligned<Element, kDKVFromRegisters ? 1 : cute::cosize_v<SmemLayoutPdS>, 1024> p;
+    cute::array_aligned<float, kDQInSmem ? kBlockM * kHeadDim : 1, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 128> lse_log2;
     cute::array_aligned<float, kBlockM * kStages, 128> dpsum;
     typename PipelineQ::SharedStorage pipeline_q;

@@ -1,0 +1,170 @@
+// dQ = sum over key blocks of dS K: every CTA adds its (query block x head
+// dim) share into an fp32 tile of the workspace.
+//
+// The tile is stored in the consumers' register order, not row-major: value
+// v of consumer thread t sits at ((v / 4) * threads + t) * 4 + v % 4, so a
+// warp's float4 writes (to shared memory, or atomics to global) cover 512
+// contiguous bytes instead of eight rows 8 * head_dim * 4 bytes apart. The
+// conversion kernel at the end reads the same order back.
+//
+// d <= 128: consumers write the tile to shared memory and one warp of the
+// producer warpgroup adds it to global memory with a bulk reduce (one
+// cp.reduce.async.bulk per tile, off the consumers' critical path). d = 256
+// has no shared memory left for the tile: consumers add with float4 atomics.
+// Deterministic mode orders the adds of a tile by key block with a semaphore.
+#pragma once
+
+#include <cuda/atomic>
+#include <cuda/ptx>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "kernels/bwd_kernel_params.cuh"
+#include "kernels/fragment_layout.cuh"
+#include "kernels/fragment_store.cuh"
+
+namespace flash3::kernels {
+
+using namespace cute;
+
+// Named-barrier ids of the backward (CUTLASS adds its reserved count).
+enum class BwdNamedBarrier : uint32_t {
+  kPdSWritten = 0,  // dS^T (and P^T at d = 256) in shared memory
+  kDQOrder = 1,     // consumers: deterministic atomic adds
+  kDQFull = 2,      // consumers -> dQ writer: the tile is in shared memory
+  kDQEmpty = 3,     // dQ writer -> consumers: the bulk reduce has read it
+};
+
+template <class Traits>
+struct DQAccumulator {
+  using Params = BwdKernelParams<Traits>;
+  static constexpr int kThreads = Traits::kNumConsumerThreads;
+  static constexpr int kValues = Traits::kBlockM * Traits::kHeadDim / kThreads;
+  static_assert(kValues % 4 == 0);
+  static constexpr uint32_t kTileBytes = sizeof(float) * Traits::kBlockM * Traits::kHeadDim;
+  static constexpr uint32_t kWriterThreads = kThreads + cutlass::NumThreadsPerWarp;
+
+  CUTE_DEVICE static float* global_tile(Params const& p, int batch, int head, int m_block) {
+    int64_t const rows = (int64_t(batch) * p.heads_q + head) * p.ws.seqlen_q_rounded;
+    return p.ws.dq_accum + (rows + int64_t(m_block) * Traits::kBlockM) * Traits::kHeadDim;
+  }
+  CUTE_DEVICE static int* semaphore(Params const& p, int batch, int head, int m_block) {
+    int const m_blocks = p.ws.seqlen_q_rounded / Traits::kBlockM;
+    return p.ws.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
+  }
+  // Spins until `n_block` key blocks have added to the tile (one thread).
+  CUTE_DEVICE static void wait_turn(int* sem, int n_block) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> turn(*sem);
+    while (turn.load(cuda::memory_order_acquire) != n_block) {
+    }
+  }
+  CUTE_DEVICE static void pass_turn(int* sem, int n_block) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> turn(*sem);
+    turn.store(n_block + 1, cuda::memory_order_release);
+  }
+  CUTE_DEVICE static float4* chunk(float* tile, int thread, int c) {
+    return reinterpret_cast<float4*>(tile) + c * kThreads + thread;
+  }
+  template <class Frag>
+  CUTE_DEVICE static float4 values(Frag const& frag, int c) {
+    return make_float4(frag(4 * c), frag(4 * c + 1), frag(4 * c + 2), frag(4 * c + 3));
+  }
+
+  // Consumers, d <= 128: hand the tile to the writer warp. `step` counts the
+  // CTA's query blocks; the writer frees the buffer after every step but the last.
+  template <class Frag>
+  CUTE_DEVICE static void to_writer(float* smem_tile, int thread, int step, Frag const& acc) {
+    static_assert(decltype(size(acc))::value == kValues);
+    if (step > 0) cutlass::arch::NamedBarrier::sync(kWriterThreads, uint32_t(BwdNamedBarrier::kDQEmpty));
+    CUTE_UNROLL
+    for (int c = 0; c < kValues / 4; ++c) *chunk(smem_tile, thread, c) = values(acc, c);
+    cutlass::arch::fence_view_async_shared();  // generic-proxy stores, bulk-copy reads
+    cutlass::arch::NamedBarrier::arrive(kWriterThreads, uint32_t(BwdNamedBarrier::kDQFull));
+  }
+
+  // One warp of the producer warpgroup, d <= 128: adds each tile the
+  // consumers hand over, for query blocks [m_begin, m_end) of `head`.
+  // `step` / `steps`: this CTA's query-block count so far / in total.
+  CUTE_DEVICE static void writer(Params const& p, float const* smem_tile, int batch, int head,
+                                 int n_block, int m_begin, int m_end, int& step, int steps) {
+    bool const leader = cute::elect_one_sync();
+    for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
+      cutlass::arch::NamedBarrier::sync(kWriterThreads, uint32_t(BwdNamedBarrier::kDQFull));
+      if (leader) {
+        int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
+        if (sem != nullptr) wait_turn(sem, n_block);
+        cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
+                                        cuda::ptx::op_add, global_tile(p, batch, head, m_block),
+                                        smem_tile, kTileBytes);
+        cuda::ptx::cp_async_bulk_commit_group();
+        if (sem != nullptr) {
+          // The adds must be done, not only the reads, before the next key block's.
+          cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+          cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+          pass_turn(sem, n_block);
+        } else {
+          cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+        }
+      }
+      __syncwarp();
+      if (step + 1 < steps)
+        cutlass::arch::NamedBarrier::arrive(kWriterThreads, uint32_t(BwdNamedBarrier::kDQEmpty));
+    }
+    if (leader) cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+  }
+
+  // Consumers, d = 256: float4 atomics straight from registers.
+  template <class Frag>
+  CUTE_DEVICE static void add_atomic(Params const& p, int batch, int head, int n_block, int m_block,
+                                     int thread, Frag const& acc) {
+    static_assert(decltype(size(acc))::value == kValues);
+    float* tile = global_tile(p, batch, head, m_block);
+    int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
+    if (sem != nullptr) {
+      if (thread == 0) wait_turn(sem, n_block);
+      cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(BwdNamedBarrier::kDQOrder));
+    }
+    CUTE_UNROLL
+    for (int c = 0; c < kValues / 4; ++c) atomicAdd(chunk(tile, thread, c), values(acc, c));
+    if (sem != nullptr) {
+      __threadfence();
+      cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(BwdNamedBarrier::kDQOrder));
+      if (thread == 0) pass_turn(sem, n_block);
+    }
+  }
+};
+
+// dq = softmax_scale * (the accumulated tile), in the input dtype. One CTA of
+// kNumConsumerThreads per (query block, head, batch): thread t reads the
+// values consumer thread t added and writes them where its fragment lies.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNumConsumerThreads)
+    bwd_dq_convert_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const p, typename Traits::Element* dq,
+                          int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  using Accumulator = DQAccumulator<Traits>;
+  using Element = typename Traits::Element;
+  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+  int const m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  int const thread = threadIdx.x;
+  typename Traits::TiledMmaDQ mma_dq;
+  Tensor acc = partition_fragment_C(mma_dq, TileQ{});
+  float* tile = Accumulator::global_tile(p, batch, head, m_block);
+  CUTE_UNROLL
+  for (int c = 0; c < Accumulator::kValues / 4; ++c) {
+    float4 const v = *Accumulator::chunk(tile, thread, c);
+    acc(4 * c) = v.x * p.softmax_scale;
+    acc(4 * c + 1) = v.y * p.softmax_scale;
+    acc(4 * c + 2) = v.z * p.softmax_scale;
+    acc(4 * c + 3) = v.w * p.softmax_scale;
+  }
+  Tensor out = make_tensor<Element>(acc.layout());
+  convert_fragment(acc, out);
+  Tensor tc = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(TileQ{}));
+  Tensor coords = make_tensor(tc.data(), acc_rowcol_layout(tc.layout()));
+  int const row0 = m_block * Traits::kBlockM;
+  store_fragment_rows(as_rowcol(out), coords,
+                      dq + batch * batch_stride + head * head_stride + row0 * row_stride, row_stride,
+                      p.seqlen_q - row0);
+}
+
+}  // namespace flash3::kernels
