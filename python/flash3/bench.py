@@ -15,6 +15,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import pathlib
 import statistics
 import subprocess
@@ -139,6 +140,19 @@ def _backward_call(torch, fwd, leaves):
     return lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)
 
 
+def _peak_training_step_mib(torch, fwd, leaves):
+    """Peak memory of one forward + backward above what was allocated before
+    (saved activations, gradients and each backend's workspaces)."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    grads = _backward_call(torch, fwd, leaves)()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del grads
+    return peak / 2**20
+
+
 def _sdpa_out_layout(out):
     return out.transpose(1, 2)  # back to (b, s, h, d)
 
@@ -201,6 +215,10 @@ _HEADER = (f"{'hdim':>4} {'causal':>6} {'seqlen':>6} {'batch':>5} {'heads':>5} |
 
 
 def _git_sha():
+    # The GPU machine gets a copy of the working tree whose git metadata may
+    # be stale; the caller can say what was built.
+    if os.environ.get("FLASH3_GIT_SHA"):
+        return os.environ["FLASH3_GIT_SHA"]
     root = pathlib.Path(__file__).resolve().parent.parent.parent
     try:
         return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
@@ -300,19 +318,25 @@ def run(args):
         flops = forward_flops(b, h, s, s, d, shape["causal"])
         if args.bwd:
             flops = flops * 5 // 2
-        ms, tflops = {}, {}
+        ms, tflops, peak_mib = {}, {}, {}
         for name, (context, fn) in calls.items():
             try:
                 with context():
                     timed = _backward_call(torch, fn, (q, k, v)) if args.bwd else fn
                     ms[name] = time_ms(timed)
                     del timed
+                    if args.bwd:
+                        peak_mib[name] = _peak_training_step_mib(torch, fn, (q, k, v))
                 tflops[name] = flops / (ms[name] * 1e-3) / 1e12
             except Exception as e:  # noqa: BLE001 - a backend may not support a shape
                 log(name, e)
                 ms[name] = tflops[name] = None
         print(_format_row(shape, tflops, check), flush=True)
-        results.append({**shape, "flops": flops, "ms": ms, "tflops": tflops, "check": check})
+        if args.bwd:
+            print("      peak MiB of forward + backward above the inputs: " + ", ".join(
+                f"{n} {v:.0f}" for n, v in peak_mib.items() if v is not None), flush=True)
+        results.append({**shape, "flops": flops, "ms": ms, "tflops": tflops, "check": check,
+                        **({"peak_mib": peak_mib} if args.bwd else {})})
         del q, k, v, calls
 
     with open(args.json, "w") as f:

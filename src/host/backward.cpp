@@ -1,6 +1,6 @@
 // flash3::backward: validate -> (nothing to compute? zero the gradients) ->
-// device and pointer checks -> default scale -> workspace: zero dQ's
-// accumulator, row statistics -> main kernel and dQ conversion.
+// device and pointer checks -> default scale -> row statistics (which also
+// zero dQ's accumulator) -> main kernel and dQ conversion.
 #include <cmath>
 #include <exception>
 #include <new>
@@ -78,12 +78,6 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
   const host::BwdWorkspaceLayout layout =
       host::bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim);
   const kernels::BwdWorkspaceView ws = host::carve_workspace(layout, p.workspace);
-  if (cudaError_t e = cudaMemsetAsync(ws.dq_accum, 0, layout.dq_accum_bytes, stream); e != cudaSuccess)
-    return cuda_failure(e);
-  if (p.deterministic)
-    if (cudaError_t e = cudaMemsetAsync(ws.dq_semaphore, 0, layout.semaphore_bytes, stream);
-        e != cudaSuccess)
-      return cuda_failure(e);
   if (cudaError_t e = kernels::run_bwd_preprocess(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
   const std::optional<cudaError_t> launched = dispatch(p, ws, stream);
   if (!launched)

@@ -181,8 +181,8 @@ struct BwdMainloop {
       }
 
       // P^T and dS^T in the input dtype, laid out as the A operand of m64nNk16.
-      // (Issuing dV += P^T dO before dS is computed would overlap more, but
-      // keeps S, dP and P live together: 116 bytes of spills at d = 128.)
+      // (Issuing dV += P^T dO before dS is computed, to overlap them, measured
+      // 3 % slower at d = 128 and 64: docs/performance.md.)
       Tensor tdVrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
       Tensor tdKrdS = make_tensor<Element>(acc_as_operand_a_layout(acc_dp.layout()));
       convert_fragment(acc_s, tdVrP);

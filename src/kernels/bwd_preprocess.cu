@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/bwd_run.h"
+#include "kernels/tile_config.h"
 
 namespace flash3::kernels {
 namespace {
@@ -22,11 +23,13 @@ unsigned blocks_for(int64_t items, int per_block) {
   return static_cast<unsigned>((items + per_block - 1) / per_block);
 }
 
-// One warp per padded query row (batch, head, row).
+// One warp per padded query row (batch, head, row): D and lse_log2, and
+// zeros for the row's share of the dQ accumulator (and, once per query
+// block, its semaphore), which saves separate memset passes.
 template <class T>
 __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t, Tensor4d dout_t,
                                      const float* lse, BwdWorkspaceView ws, int seqlen_q, int heads,
-                                     int head_dim, int64_t rows) {
+                                     int head_dim, int block_m, int64_t rows) {
   int64_t const row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -48,7 +51,10 @@ __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t
   if (lane == 0) {
     ws.dpsum[row] = dot;
     ws.lse_log2[row] = lse_log2;
+    if (i % block_m == 0) ws.dq_semaphore[row / block_m] = 0;
   }
+  float4* accum = reinterpret_cast<float4*>(ws.dq_accum + row * head_dim);
+  for (int c = lane; c < head_dim / 4; c += 32) accum[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 __global__ void zero_fill_kernel(uint16_t* data, Tensor4d t, int seqlen, int heads, int head_dim,
@@ -68,7 +74,7 @@ cudaError_t launch_preprocess(const BackwardParams& p, const BwdWorkspaceView& w
   int64_t const rows = int64_t(p.batch) * p.heads_q * ws.seqlen_q_rounded;
   bwd_row_stats_kernel<T><<<blocks_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(
       static_cast<const T*>(p.out.data), static_cast<const T*>(p.dout.data), p.out, p.dout, p.lse,
-      ws, p.seqlen_q, p.heads_q, p.head_dim, rows);
+      ws, p.seqlen_q, p.heads_q, p.head_dim, bwd_tile_config(p.head_dim).block_m, rows);
   return cudaGetLastError();
 }
 

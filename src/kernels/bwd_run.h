@@ -26,7 +26,7 @@ struct BwdWorkspaceView {
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd(const BackwardParams& params, const BwdWorkspaceView& ws, cudaStream_t stream);
 
-// Writes lse_log2 and dpsum (the caller has zeroed dq_accum and dq_semaphore).
+// Writes lse_log2 and dpsum, and zeroes dq_accum and dq_semaphore.
 cudaError_t run_bwd_preprocess(const BackwardParams& params, const BwdWorkspaceView& ws,
                                cudaStream_t stream);
 // Writes zeros into a (batch, seqlen, heads, head_dim) tensor of 16-bit
