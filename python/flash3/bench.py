@@ -47,9 +47,13 @@ def parse_args(argv):
                    help="compare flash3 with SDPA's output on each shape before timing")
     p.add_argument("--bwd", action="store_true",
                    help="time the backward (dq, dk, dv) instead of the forward")
+    p.add_argument("--deterministic", action="store_true",
+                   help="with --bwd: flash3's deterministic backward (bitwise reproducible dq)")
     p.add_argument("--overhead", action="store_true",
                    help="only measure host overhead: wall time per call of a tiny attention")
     args = p.parse_args(argv)
+    if args.deterministic and not args.bwd:
+        p.error("--deterministic: only with --bwd (it selects flash3's backward mode)")
     args.hdims = args.hdims or DEFAULT_HDIMS
     args.seqlens = args.seqlens or (QUICK_SEQLENS if args.quick else DEFAULT_SEQLENS)
     for s in args.seqlens:
@@ -114,7 +118,7 @@ def _make_timer(torch, quick):
     return "CUDA events median", cuda_events
 
 
-def _backend_calls(torch, q, k, v, causal):
+def _backend_calls(torch, q, k, v, causal, deterministic=False):
     """name -> (context manager factory, fn) for the public call of each backend."""
     import contextlib
 
@@ -126,7 +130,8 @@ def _backend_calls(torch, q, k, v, causal):
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA wants (b, h, s, d)
     sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
     return {
-        "flash3": (contextlib.nullcontext, lambda: flash3.flash_attn_func(q, k, v, causal=causal)),
+        "flash3": (contextlib.nullcontext,
+                   lambda: flash3.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)),
         "cudnn": (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION), sdpa),
         "fa2": (lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION), sdpa),
     }
@@ -297,7 +302,8 @@ def run(args):
     if (major, minor) != (9, 0):
         print(f"warning: flash3 needs an NVIDIA Hopper GPU (sm_90); found {env['device']} "
               f"(sm_{major}{minor}): flash3 will show n/a", file=sys.stderr, flush=True)
-    env["pass"] = "backward" if args.bwd else "forward"
+    env["pass"] = ("deterministic backward" if args.deterministic else "backward") if args.bwd \
+        else "forward"
     if args.bwd:
         env["flops"] = "2.5 x forward: 10*b*h*sq*sk*d, halved for causal with sq == sk"
     print(f"flash3 bench: {env['pass']}, {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
@@ -311,7 +317,7 @@ def run(args):
         b, s, h, d = shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"]
         q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda", requires_grad=args.bwd)
                    for _ in range(3))
-        calls = _backend_calls(torch, q, k, v, shape["causal"])
+        calls = _backend_calls(torch, q, k, v, shape["causal"], args.deterministic)
         check = _check(torch, calls, args.dtype, log) if args.check else None
         if check is not None and not check["ok"]:
             failed_checks += 1
