@@ -25,3 +25,15 @@ def seed():
         return value
     torch.manual_seed(value)
     return value
+
+
+@pytest.fixture(scope="module")
+def group_of_one(tmp_path_factory):
+    """A torch.distributed (gloo) group of this process alone, for the
+    world-size-1 paths of flash3.distributed."""
+    import torch.distributed as dist
+
+    init = tmp_path_factory.mktemp("dist") / "init"
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()

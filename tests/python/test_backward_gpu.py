@@ -14,11 +14,9 @@ import itertools
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
-if torch.cuda.get_device_capability() != (9, 0):
-    pytest.skip(f"flash3 needs sm_90; found {torch.cuda.get_device_name()}", allow_module_level=True)
+from hopper import require_hopper
+
+torch = require_hopper()
 
 import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402

@@ -7,11 +7,9 @@ Skips unless a Hopper (sm_90) GPU is visible to torch.
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
-if torch.cuda.get_device_capability() != (9, 0):
-    pytest.skip(f"flash3 needs sm_90; found {torch.cuda.get_device_name()}", allow_module_level=True)
+from hopper import require_hopper
+
+torch = require_hopper()
 
 import flash3  # noqa: E402
 
