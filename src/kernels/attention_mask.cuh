@@ -18,10 +18,12 @@ struct AttentionMask {
   int seqlen_k;
 
   // Query row i sees key j iff j <= i + (seqlen_k - seqlen_q).
-  CUTE_DEVICE int causal_offset() const { return seqlen_k - seqlen_q; }
+  CUTE_HOST_DEVICE int causal_offset() const { return seqlen_k - seqlen_q; }
 
-  // Key blocks [0, n_block_end) hold every key some row of m_block may see.
-  CUTE_DEVICE int n_block_end(int m_block) const {
+  // Key blocks [0, n_block_end) hold every key some row of m_block may see:
+  // exactly the key blocks whose m_block_begin is <= m_block (deterministic
+  // dQ ordering relies on the two agreeing; attention_mask_test.cu).
+  CUTE_HOST_DEVICE int n_block_end(int m_block) const {
     int const n_blocks = ceil_div(seqlen_k, kBlockN);
     if constexpr (!kCausal) {
       return n_blocks;
@@ -34,7 +36,7 @@ struct AttentionMask {
 
   // Query blocks [m_block_begin, ceil(seqlen_q / kBlockM)) hold every query
   // that sees some key of n_block (the backward walks them).
-  CUTE_DEVICE int m_block_begin(int n_block) const {
+  CUTE_HOST_DEVICE int m_block_begin(int n_block) const {
     if constexpr (!kCausal) {
       return 0;
     } else {

@@ -66,7 +66,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // Derived after setmaxnreg in each branch: values live across it are spilled.
   auto const work = [&] {
-    BwdTile const tile{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+    // Deterministic causal adds go from high key blocks to low (DQAccumulator::turn).
+    int const n_block = abs(params.n_block_flip - int(blockIdx.x));
+    BwdTile const tile{n_block, int(blockIdx.y), int(blockIdx.z)};
     typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k};
     int const head_begin = tile.kv_head * params.heads_per_kv_head;
     return cute::make_tuple(tile, mask.m_block_begin(tile.n_block),

@@ -28,6 +28,9 @@ struct BwdKernelParams {
   float softmax_scale;
   float scale_log2;
   bool deterministic;
+  // CTA x works on key block |n_block_flip - x|: 0, or the last key block to
+  // launch in reverse (deterministic causal, DQAccumulator::turn).
+  int n_block_flip;
 };
 
 }  // namespace flash3::kernels

@@ -44,12 +44,13 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
       p.softmax_scale,
       p.softmax_scale * float(M_LOG2E),
       p.deterministic,
+      Traits::kCausal && p.deterministic ? ceil_div(p.seqlen_k, Traits::kBlockN) - 1 : 0,
   };
   auto kernel = bwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(typename Traits::SharedStorage));
   if (cudaError_t e = allow_shared_memory(kernel, kSmemBytes); e != cudaSuccess) return e;
   // Key blocks vary fastest: in deterministic mode a CTA waits only on CTAs
-  // of lower key blocks, which were scheduled before it.
+  // of the same head that were dispatched before it (DQAccumulator::turn).
   dim3 const grid(ceil_div(p.seqlen_k, Traits::kBlockN), p.heads_kv, p.batch);
   kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(kp);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;

@@ -11,7 +11,8 @@
 // producer warpgroup adds it to global memory with a bulk reduce (one
 // cp.reduce.async.bulk per tile, off the consumers' critical path). d = 256
 // has no shared memory left for the tile: consumers add with float4 atomics.
-// Deterministic mode orders the adds of a tile by key block with a semaphore.
+// Deterministic mode orders the adds of a tile by key block with a semaphore
+// (see turn()).
 #pragma once
 
 #include <cuda/atomic>
@@ -19,6 +20,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "kernels/attention_mask.cuh"
 #include "kernels/bwd_kernel_params.cuh"
 #include "kernels/fragment_layout.cuh"
 #include "kernels/fragment_store.cuh"
@@ -52,15 +54,30 @@ struct DQAccumulator {
     int const m_blocks = p.ws.seqlen_q_rounded / Traits::kBlockM;
     return p.ws.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
   }
-  // Spins until `n_block` key blocks have added to the tile (one thread).
-  CUTE_DEVICE static void wait_turn(int* sem, int n_block) {
-    cuda::atomic_ref<int, cuda::thread_scope_device> turn(*sem);
-    while (turn.load(cuda::memory_order_acquire) != n_block) {
+  // Deterministic mode: key block n_block adds to tile m_block after `turn`
+  // other key blocks. Ascending for full attention, where every CTA starts at
+  // query block 0. Causal: from the last key block that reaches the tile down
+  // to 0, the order in which CTAs started together arrive (the CTA of key
+  // block n starts at the diagonal tile), so no CTA idles for the CTAs of
+  // lower key blocks to catch up; run_bwd launches key blocks in reverse then,
+  // so a CTA only waits on CTAs dispatched before it.
+  CUTE_DEVICE static int turn(Params const& p, int n_block, int m_block) {
+    if constexpr (Traits::kCausal) {
+      AttentionMask<true, Traits::kBlockM, Traits::kBlockN> const mask{p.seqlen_q, p.seqlen_k};
+      return mask.n_block_end(m_block) - 1 - n_block;
+    } else {
+      return n_block;
     }
   }
-  CUTE_DEVICE static void pass_turn(int* sem, int n_block) {
-    cuda::atomic_ref<int, cuda::thread_scope_device> turn(*sem);
-    turn.store(n_block + 1, cuda::memory_order_release);
+  // Spins until `turn` key blocks have added to the tile (one thread).
+  CUTE_DEVICE static void wait_turn(int* sem, int turn) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> adds(*sem);
+    while (adds.load(cuda::memory_order_acquire) != turn) {
+    }
+  }
+  CUTE_DEVICE static void pass_turn(int* sem, int turn) {
+    cuda::atomic_ref<int, cuda::thread_scope_device> adds(*sem);
+    adds.store(turn + 1, cuda::memory_order_release);
   }
   CUTE_DEVICE static float4* chunk(float* tile, int thread, int c) {
     return reinterpret_cast<float4*>(tile) + c * kThreads + thread;
@@ -92,7 +109,8 @@ struct DQAccumulator {
       cutlass::arch::NamedBarrier::sync(kWriterThreads, uint32_t(BwdNamedBarrier::kDQFull));
       if (leader) {
         int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
-        if (sem != nullptr) wait_turn(sem, n_block);
+        int const my_turn = sem != nullptr ? turn(p, n_block, m_block) : 0;
+        if (sem != nullptr) wait_turn(sem, my_turn);
         cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
                                         cuda::ptx::op_add, global_tile(p, batch, head, m_block),
                                         smem_tile, kTileBytes);
@@ -101,7 +119,7 @@ struct DQAccumulator {
           // The adds must be done, not only the reads, before the next key block's.
           cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
           cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-          pass_turn(sem, n_block);
+          pass_turn(sem, my_turn);
         } else {
           cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
         }
@@ -120,8 +138,9 @@ struct DQAccumulator {
     static_assert(decltype(size(acc))::value == kValues);
     float* tile = global_tile(p, batch, head, m_block);
     int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
+    int const my_turn = sem != nullptr ? turn(p, n_block, m_block) : 0;
     if (sem != nullptr) {
-      if (thread == 0) wait_turn(sem, n_block);
+      if (thread == 0) wait_turn(sem, my_turn);
       cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(BwdNamedBarrier::kDQOrder));
     }
     CUTE_UNROLL
@@ -129,7 +148,7 @@ struct DQAccumulator {
     if (sem != nullptr) {
       __threadfence();
       cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(BwdNamedBarrier::kDQOrder));
-      if (thread == 0) pass_turn(sem, n_block);
+      if (thread == 0) pass_turn(sem, my_turn);
     }
   }
 };
