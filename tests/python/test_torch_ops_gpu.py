@@ -45,3 +45,15 @@ def test_export_forward(seed):
     exported = torch.export.export(Attend(), (q, k, v))
     assert "flash3.fwd" in str(exported.graph)
     assert torch.equal(exported.module()(q, k, v), Attend()(q, k, v))
+
+
+def test_fa3_interface_is_flash_attn_func(seed):
+    from flash3 import flash_attn_interface
+
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 200, 300, 4, 2, d, dtype)
+    want_out, want_lse = flash3.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    out, lse = flash_attn_interface.flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
+                                                    num_splits=4, pack_gqa=True, sm_margin=8)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    assert torch.equal(flash_attn_interface.flash_attn_func(q, k, v, causal=True), want_out)

@@ -1,0 +1,83 @@
+"""FlashAttention-3's Python interface (`flash_attn_interface`) on flash3.
+
+Code written for FA3 switches with one import:
+
+    from flash3.flash_attn_interface import flash_attn_func
+
+Same function names, argument names, defaults and return conventions as
+FA3's hopper/flash_attn_interface.py. Where flash3 does not (yet) implement
+what an argument asks for, the call raises `flash3.Flash3Unsupported` naming
+the argument instead of computing something else; arguments that are only
+performance hints are accepted and ignored. docs/python.md lists every
+difference.
+"""
+
+from . import _lib
+from .ops import flash_attn_func as _flash3_attn_func
+
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+           "flash_attn_combine", "get_scheduler_metadata"]
+
+
+def _unsupported(what):
+    return _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, f"{what} is not supported by flash3 yet")
+
+
+def _require_default(name, value, default):
+    if value != default:
+        raise _unsupported(f"{name}={value!r} (only {default!r})")
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None, k_descale=None, v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """softmax(q k^T * softmax_scale) v as FA3 computes it; returns out, or
+    (out, softmax_lse) with return_attn_probs=True. q: (batch, seqlen_q,
+    nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim); GQA/MQA
+    when nheads_k divides nheads; causal aligned to the bottom-right corner.
+    Differentiable in q, k, v. num_splits, pack_gqa and sm_margin are
+    scheduling hints flash3 chooses itself; they are accepted and ignored."""
+    for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
+                        ("v_descale", v_descale)):
+        _require_default(name, value, None)
+    _require_default("window_size", tuple(window_size), (-1, -1))
+    _require_default("attention_chunk", attention_chunk, 0)
+    _require_default("softcap", softcap, 0.0)
+    return _flash3_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                             return_lse=return_attn_probs, deterministic=deterministic)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           *args, **kwargs):
+    """Variable-length batches: not in flash3 yet (the varlen issue)."""
+    raise _unsupported("flash_attn_varlen_func (variable-length batches)")
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, *args, **kwargs):
+    """KV-cache inference: not in flash3 yet (the kvcache issue)."""
+    raise _unsupported("flash_attn_with_kvcache (KV cache, paged KV, split-KV decoding)")
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """Merging split-KV partial results: not in flash3 yet (the kvcache issue)."""
+    raise _unsupported("flash_attn_combine (split-KV merge)")
+
+
+def get_scheduler_metadata(*args, **kwargs):
+    """FA3 precomputes split-KV scheduling for flash_attn_with_kvcache; flash3
+    has no KV-cache path yet."""
+    raise _unsupported("get_scheduler_metadata (KV-cache scheduling)")

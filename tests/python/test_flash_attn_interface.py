@@ -1,0 +1,51 @@
+"""flash3.flash_attn_interface keeps FA3's names, argument names and defaults,
+and refuses (naming the argument) what flash3 does not implement. No GPU
+needed; the GPU equality check is in test_torch_ops_gpu.py."""
+
+import inspect
+
+import pytest
+
+pytest.importorskip("torch")
+
+import flash3  # noqa: E402
+from flash3 import flash_attn_interface as fai  # noqa: E402
+
+# FA3's hopper/flash_attn_interface.py, as of its 3.0 releases.
+FA3_FLASH_ATTN_FUNC = [
+    ("q", inspect.Parameter.empty), ("k", inspect.Parameter.empty),
+    ("v", inspect.Parameter.empty), ("softmax_scale", None), ("causal", False), ("qv", None),
+    ("q_descale", None), ("k_descale", None), ("v_descale", None), ("window_size", (-1, -1)),
+    ("attention_chunk", 0), ("softcap", 0.0), ("num_splits", 1), ("pack_gqa", None),
+    ("deterministic", False), ("sm_margin", 0), ("return_attn_probs", False),
+]
+
+
+def test_flash_attn_func_has_fa3s_signature():
+    params = inspect.signature(fai.flash_attn_func).parameters
+    assert [(p.name, p.default) for p in params.values()] == FA3_FLASH_ATTN_FUNC
+
+
+def test_fa3_names_exist():
+    for name in ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+                 "flash_attn_combine", "get_scheduler_metadata"):
+        assert callable(getattr(fai, name)), name
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("window_size", (128, 0)), ("softcap", 30.0), ("attention_chunk", 512),
+    ("q_descale", 1.0), ("qv", 1.0),
+])
+def test_unimplemented_arguments_are_refused_by_name(argument, value):
+    import torch
+
+    q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(flash3.Flash3Unsupported, match=rf"^{argument}=.* is not supported"):
+        fai.flash_attn_func(q, q, q, **{argument: value})
+
+
+def test_unimplemented_functions_say_so():
+    with pytest.raises(flash3.Flash3Unsupported, match="flash_attn_varlen_func"):
+        fai.flash_attn_varlen_func(None, None, None, None, None, 1, 1)
+    with pytest.raises(flash3.Flash3Unsupported, match="flash_attn_with_kvcache"):
+        fai.flash_attn_with_kvcache(None, None, None)
