@@ -29,17 +29,21 @@ def main():
     print(f"{env.get('pass', 'forward')}, {env['dtype']}, {env['device']}, torch {env['torch']}, "
           f"cuDNN {env['cudnn']}, sha {str(env.get('git_sha'))[:7]}")
     print()
-    header = "| d | causal | s | flash3 | cuDNN | FA2 | flash3/cuDNN | flash3/FA2 |"
+    # The forward also times SDPA's math backend (eager PyTorch attention).
+    has_math = any(r["tflops"].get("math") for r in results)
+    header = "| d | causal | s | flash3 | cuDNN | FA2 |" + (" math |" if has_math else "")
+    header += " flash3/cuDNN | flash3/FA2 |" + (" flash3/math |" if has_math else "")
     if before:
         header += " vs previous |"
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     for r in results:
         t = r["tflops"]
-        f3, cu, fa2 = t.get("flash3"), t.get("cudnn"), t.get("fa2")
+        f3 = t.get("flash3")
+        others = [t.get(name) for name in ("cudnn", "fa2") + (("math",) if has_math else ())]
         cells = [str(r["head_dim"]), "yes" if r["causal"] else "no", str(r["seqlen"])]
-        cells += [f"{v:.0f}" if v else "n/a" for v in (f3, cu, fa2)]
-        cells += [f"{f3 / cu:.2f}x" if f3 and cu else "n/a", f"{f3 / fa2:.2f}x" if f3 and fa2 else "n/a"]
+        cells += [f"{v:.0f}" if v else "n/a" for v in [f3] + others]
+        cells += [f"{f3 / v:.2f}x" if f3 and v else "n/a" for v in others]
         if before:
             old = before.get(key(r), {}).get("tflops", {}).get("flash3")
             cells.append(f"{f3 / old:.2f}x" if f3 and old else "n/a")

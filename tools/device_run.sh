@@ -4,7 +4,7 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|bench|bench_bwd|ablation]...
+# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_det|ablation]...
 #        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +12,7 @@ out=${OUT:-/tmp/flash3-device}
 mkdir -p "$out"
 export PYTHONPATH=$PWD/python FLASH3_LIBRARY=$PWD/build/libflash3.so PYTHONUNBUFFERED=1
 steps=${*:-pytest sanitize bench bench_bwd}
-# The device tool brings back at most 8 files: pytest, sanitizer, bench.{log,json,png},
-# bench_bwd.{log,json}.
+# The device tool brings back at most 8 files: pick steps so that their logs fit.
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
 for step in $steps; do
   case $step in
@@ -32,6 +31,12 @@ for step in $steps; do
     bench_bwd)
       timeout 300 python3 -m flash3.bench --bwd --json "$out/bench_bwd.json" 2>&1 |
         tee "$out/bench_bwd.log" ;;
+    bench_bwd_det)
+      timeout 300 python3 -m flash3.bench --bwd --deterministic --json "$out/bench_bwd_det.json" 2>&1 |
+        tee "$out/bench_bwd_det.log" ;;
+    overhead)  # host time per call: from Python (flash3 and SDPA), then the C/C++ API
+      { timeout 120 python3 -m flash3.bench --overhead; timeout 60 build/flash3_host_overhead; } 2>&1 |
+        tee "$out/overhead.log" ;;
     ablation)  # schedule variants carried in build-ablation/<name>/libflash3.so
       for lib in build-ablation/*/libflash3.so; do
         name=$(basename "$(dirname "$lib")")

@@ -124,14 +124,17 @@ def _launch(q, k, v, out, lse, softmax_scale, causal):
             _launcher(_raw_stream(device), fields)
 
 
-def _forward(q, k, v, softmax_scale, causal):
-    """The eager implementation: check, allocate out and lse, launch."""
+def _forward(q, k, v, softmax_scale, causal, want_lse=True):
+    """The eager implementation: check, allocate out (and lse unless
+    want_lse is false: then lse is None and the kernel skips it), launch."""
     if not _inputs_ok(q, k, v):
         _check_inputs(q, k, v, need_cuda=True)  # raises with the precise message
-    batch, seqlen_q, num_heads_q, _ = q.shape
     # empty_like and new_empty parse fewer arguments than torch.empty (~3 us less).
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
-    lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
+    lse = None
+    if want_lse:
+        batch, seqlen_q, num_heads_q, _ = q.shape
+        lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
     _launch(q, k, v, out, lse, softmax_scale, causal)
     return out, lse
 
@@ -326,7 +329,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     backward bitwise reproducible (dq accumulates in a fixed order).
     """
     if _can_skip_dispatcher(q, k, v):
-        out, lse = _forward(q, k, v, softmax_scale, causal)
+        # No autograd here (_can_skip_dispatcher), so the LSE is needed only if returned.
+        out, lse = _forward(q, k, v, softmax_scale, causal, want_lse=return_lse)
     else:
         out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic))
     return (out, lse) if return_lse else out

@@ -235,6 +235,8 @@ def test_fast_path_equals_the_op(seed):
     fast = flash3.flash_attn_func(q, k, v, causal=True, return_lse=True)
     via_op = ops._fwd_op(q, k, v, None, True)
     assert torch.equal(fast[0], via_op[0]) and torch.equal(fast[1], via_op[1])
+    # Without return_lse the fast path passes no LSE buffer; out must not change.
+    assert torch.equal(flash3.flash_attn_func(q, k, v, causal=True), via_op[0])
 
     q.requires_grad_()
     assert not ops._can_skip_dispatcher(q, k, v)
