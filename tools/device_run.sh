@@ -37,12 +37,14 @@ for step in $steps; do
     overhead)  # host time per call: from Python (flash3 and SDPA), then the C/C++ API
       { timeout 120 python3 -m flash3.bench --overhead; timeout 60 build/flash3_host_overhead; } 2>&1 |
         tee "$out/overhead.log" ;;
-    ablation)  # schedule variants carried in build-ablation/<name>/libflash3.so
+    ablation)  # variants carried in build-ablation/<name>/libflash3.so; shapes from $ABLATION_ARGS
       for lib in build-ablation/*/libflash3.so; do
         name=$(basename "$(dirname "$lib")")
-        echo "== ablation: $name"
-        FLASH3_LIBRARY=$PWD/$lib timeout 120 python3 -m flash3.bench --hdims 128 --seqlens 8192 \
-          --causal no --json "/tmp/ablation-$name.json" 2>&1 | tail -2
+        echo "== ablation: $name" | tee -a "$out/ablation.log"
+        # shellcheck disable=SC2086 # ABLATION_ARGS is a list of bench options
+        FLASH3_LIBRARY=$PWD/$lib timeout 200 python3 -m flash3.bench \
+          ${ABLATION_ARGS:---hdims 128 --seqlens 8192 --causal no} \
+          --json "$out/ablation-$name.json" 2>&1 | grep -v "^wrote" | tee -a "$out/ablation.log"
       done ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

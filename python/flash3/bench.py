@@ -53,11 +53,18 @@ def parse_args(argv):
                    help="time the backward (dq, dk, dv) instead of the forward")
     p.add_argument("--deterministic", action="store_true",
                    help="with --bwd: flash3's deterministic backward (bitwise reproducible dq)")
+    p.add_argument("--backends", type=lambda t: tuple(x for x in t.split(",") if x), default=None,
+                   help=f"comma list of {','.join(BACKENDS)} (default all; math only in the forward)")
     p.add_argument("--overhead", action="store_true",
                    help="only measure host overhead: wall time per call of a tiny attention")
     args = p.parse_args(argv)
     if args.deterministic and not args.bwd:
         p.error("--deterministic: only with --bwd (it selects flash3's backward mode)")
+    for name in args.backends or ():
+        if name not in BACKENDS:
+            p.error(f"--backends: each must be one of {', '.join(BACKENDS)}; got {name!r}")
+    if args.backends and "flash3" not in args.backends:
+        p.error("--backends: must include flash3 (the ratios are flash3's)")
     args.hdims = args.hdims or DEFAULT_HDIMS
     args.seqlens = args.seqlens or (QUICK_SEQLENS if args.quick else DEFAULT_SEQLENS)
     for s in args.seqlens:
@@ -325,7 +332,7 @@ def run(args):
         env["flops"] = "2.5 x forward: 10*b*h*sq*sk*d, halved for causal with sq == sk"
     print(f"flash3 bench: {env['pass']}, {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
           f"cuDNN {env['cudnn']}, {timer_name}; TFLOP/s", flush=True)
-    names = BWD_BACKENDS if args.bwd else BACKENDS
+    names = args.backends or (BWD_BACKENDS if args.bwd else BACKENDS)
     print(_header(names), flush=True)
 
     causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]

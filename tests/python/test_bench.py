@@ -26,6 +26,10 @@ def test_parse_args():
     assert bench.parse_args([]).seqlens == bench.DEFAULT_SEQLENS
     with pytest.raises(SystemExit):
         bench.parse_args(["--seqlens", "1000"])
+    assert bench.parse_args(["--backends", "flash3,cudnn"]).backends == ("flash3", "cudnn")
+    for bad in ("flash3,cudnnn", "cudnn"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--backends", bad])
 
 
 def test_row_shows_na_and_ratio():
