@@ -75,7 +75,7 @@ def flash3_attention_forward(module, query, key, value, attention_mask, dropout=
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # (b, h, s, d) -> (b, s, h, d) is a view; flash3 takes any strides with a contiguous last dim.
     out = ops.flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                          softmax_scale=scaling, causal=bool(causal))
+                              softmax_scale=scaling, causal=bool(causal))
     return out, None
 
 
