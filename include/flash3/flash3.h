@@ -24,8 +24,10 @@ extern "C" {
 #endif
 
 /* Bumped when a struct gains fields; old callers keep working because every
- * struct starts with its size and new fields are appended. */
-#define FLASH3_ABI_VERSION 1
+ * struct starts with its size and new fields are appended: fields past a
+ * caller's struct_size take their _init defaults.
+ * v2: window_left, window_right, softcap in both params structs. */
+#define FLASH3_ABI_VERSION 2
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -62,9 +64,17 @@ typedef struct flash3_fwd_params {
   int32_t head_dim;
   float softmax_scale;  /* 0 selects 1/sqrt(head_dim) */
   int32_t causal;       /* nonzero: causal mask aligned to the bottom-right corner */
+  int32_t v1_padding;   /* ignored: the v1 struct's tail padding, so that v2 starts at 216 */
+  /* v2. Sliding window, bottom-right aligned like causal: query i sees key j
+   * iff i + d - window_left <= j <= i + d + window_right, d = seqlen_k -
+   * seqlen_q; -1 (the _init default) is unbounded. With causal, window_right
+   * must be -1 or 0. */
+  int32_t window_left;
+  int32_t window_right;
+  float softcap;        /* > 0: scores s = softmax_scale * q.k become softcap * tanh(s / softcap) */
 } flash3_fwd_params;
 
-/* Fills *params with defaults (struct_size set, everything else zero). */
+/* Fills *params with defaults: struct_size set, windows -1, everything else zero. */
 FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params);
 
 /* Attention forward on `stream` (a cudaStream_t; NULL is the legacy default
@@ -94,6 +104,10 @@ typedef struct flash3_bwd_params {
   int32_t deterministic;    /* nonzero: bitwise-reproducible dq */
   void* workspace;          /* device memory of flash3_bwd_workspace_size() bytes */
   uint64_t workspace_bytes;
+  /* v2: as in flash3_fwd_params; must match the forward's. */
+  int32_t window_left;
+  int32_t window_right;
+  float softcap;
 } flash3_bwd_params;
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);

@@ -39,6 +39,12 @@ struct ForwardParams {
   int head_dim = 0;
   float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim)
   bool causal = false;        // bottom-right aligned when seqlen_q != seqlen_k
+  // Sliding window: query i sees keys j with i + d - window_left <= j <= i + d
+  // + window_right, d = seqlen_k - seqlen_q (bottom-right aligned, like causal);
+  // -1 = unbounded on that side. With causal, window_right must be -1 or 0.
+  int window_left = -1;
+  int window_right = -1;
+  float softcap = 0.f;  // > 0: scores s = softmax_scale * q.k become softcap * tanh(s / softcap)
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message
@@ -65,6 +71,9 @@ struct BackwardParams {
   int head_dim = 0;
   float softmax_scale = 0.f;   // 0 selects 1/sqrt(head_dim); must match the forward's
   bool causal = false;
+  int window_left = -1;   // as in ForwardParams; must match the forward's
+  int window_right = -1;
+  float softcap = 0.f;
   bool deterministic = false;  // bitwise-reproducible dq (key blocks add in a fixed order)
   void* workspace = nullptr;   // device memory of at least backward_workspace_size() bytes
   size_t workspace_bytes = 0;

@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -95,9 +95,15 @@ class FwdParams(ctypes.Structure):
         ("head_dim", ctypes.c_int32),
         ("softmax_scale", ctypes.c_float),
         ("causal", ctypes.c_int32),
+        ("v1_padding", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
     ]
 
     def __init__(self, **fields):
+        # The C defaults (flash3_fwd_params_init): windows unbounded.
+        fields = {"window_left": -1, "window_right": -1, **fields}
         super().__init__(struct_size=ctypes.sizeof(FwdParams), **fields)
 
 
@@ -127,9 +133,13 @@ class BwdParams(ctypes.Structure):
         ("deterministic", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_uint64),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
     ]
 
     def __init__(self, **fields):
+        fields = {"window_left": -1, "window_right": -1, **fields}
         super().__init__(struct_size=ctypes.sizeof(BwdParams), **fields)
 
 
@@ -138,12 +148,13 @@ class BwdParams(ctypes.Structure):
 # allocates a proxy object). Layout: struct_size, then q, k, v, out as
 # (pointer, 4 x int64), then the lse pointer, then the scalars. Native
 # alignment ('@') reproduces the C layout; checked against FwdParams below.
-_FWD_PACKER = struct.Struct("@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i")
+# v1_padding is a pad ('4x'), not a value.
+_FWD_PACKER = struct.Struct("@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i" + "4x" + "2i" + "f")
 
 
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
-    last = FwdParams.causal
+    last = FwdParams.softcap
     if _FWD_PACKER.size != last.offset + last.size:
         raise ImportError(
             f"flash3: internal layout mismatch: packer {_FWD_PACKER.size} bytes, "

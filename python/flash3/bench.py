@@ -35,6 +35,7 @@ BWD_BACKENDS = tuple(name for name in BACKENDS if name != "math")
 # (bf16 eps 2^-8, fp16 2^-11) and the outputs are O(1) for N(0, 1) inputs, so a
 # few output ulps; anything wrong (masking, scaling, a missed tile) is far larger.
 CHECK_TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}
+WINDOW_SEQLEN = 32768  # --window's default (issue 6: a 4k window on s = 32k)
 
 
 def parse_args(argv):
@@ -57,6 +58,9 @@ def parse_args(argv):
                    help=f"comma list of {','.join(BACKENDS)} (default all; math only in the forward)")
     p.add_argument("--overhead", action="store_true",
                    help="only measure host overhead: us per call of a tiny attention (CUDA events, 1000 calls)")
+    p.add_argument("--window", type=int, default=None, metavar="LEFT",
+                   help="only flash3's sliding window (LEFT, 0) with causal against full causal "
+                        "and full attention (default seqlen 32768, batch 1; with --bwd the backward)")
     args = p.parse_args(argv)
     if args.deterministic and not args.bwd:
         p.error("--deterministic: only with --bwd (it selects flash3's backward mode)")
@@ -66,6 +70,11 @@ def parse_args(argv):
     if args.backends and "flash3" not in args.backends:
         p.error("--backends: must include flash3 (the ratios are flash3's)")
     args.hdims = args.hdims or DEFAULT_HDIMS
+    if args.window is not None:
+        if args.window < 0:
+            p.error(f"--window: must be >= 0; got {args.window}")
+        args.seqlens = args.seqlens or (WINDOW_SEQLEN,)
+        return args
     args.seqlens = args.seqlens or (QUICK_SEQLENS if args.quick else DEFAULT_SEQLENS)
     for s in args.seqlens:
         if s <= 0 or TOKENS % s:
@@ -316,6 +325,48 @@ def measure_overhead(args, calls=1000, rounds=5):
     return 0
 
 
+def measure_window(args):
+    """flash3 with a causal sliding window (args.window, 0) against full causal
+    and full attention on the same inputs. A window skips whole key blocks, so
+    its time should follow its work: each query sees about `window` keys,
+    window / seqlen of full attention's (and twice that share of causal's)."""
+    import torch
+
+    import flash3
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    timer_name, time_ms = _make_timer(torch, args.quick)
+    what = "backward" if args.bwd else "forward"
+    print(f"flash3 sliding window {what}, {args.dtype}, {timer_name}: ms; window = "
+          f"({args.window}, 0) with causal", flush=True)
+    print(f"{'hdim':>4} {'seqlen':>6} {'batch':>5} {'heads':>5} | {'window':>8} {'causal':>8} "
+          f"{'full':>8} | {'window / (w/s * full)':>21} {'window / (w/s * causal)':>23}", flush=True)
+    results = []
+    for d in args.hdims:
+        for s in args.seqlens:
+            b, h = max(1, TOKENS // s), HIDDEN // d
+            q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda", requires_grad=args.bwd)
+                       for _ in range(3))
+            masks = {"window": dict(causal=True, window_size=(args.window, -1)),
+                     "causal": dict(causal=True), "full": dict(causal=False)}
+            ms = {}
+            for name, mask in masks.items():
+                fn = lambda mask=mask: flash3.flash_attn_func(q, k, v, **mask)  # noqa: E731
+                ms[name] = time_ms(_backward_call(torch, fn, (q, k, v)) if args.bwd else fn)
+            share = min(args.window, s) / s
+            vs_full, vs_causal = ms["window"] / (share * ms["full"]), ms["window"] / (share * ms["causal"])
+            print(f"{d:>4} {s:>6} {b:>5} {h:>5} | {ms['window']:>8.3f} {ms['causal']:>8.3f} "
+                  f"{ms['full']:>8.3f} | {vs_full:>20.3f}x {vs_causal:>22.3f}x", flush=True)
+            results.append({"head_dim": d, "seqlen": s, "batch": b, "heads": h,
+                            "window": args.window, "ms": ms})
+            del q, k, v
+    with open(args.json, "w") as f:
+        json.dump({"environment": _environment(torch, timer_name, args.dtype),
+                   "window": results}, f, indent=1)
+    print(f"wrote {args.json}", flush=True)
+    return 0
+
+
 def run(args):
     import torch
 
@@ -425,7 +476,9 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("flash3.bench needs an NVIDIA Hopper GPU; no CUDA device found", file=sys.stderr)
         return 2
-    return measure_overhead(args) if args.overhead else run(args)
+    if args.overhead:
+        return measure_overhead(args)
+    return measure_window(args) if args.window is not None else run(args)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,10 @@ def flash_attn_func(
     for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
                         ("v_descale", v_descale)):
         _require_default(name, value, None)
-    _require_default("window_size", tuple(window_size), (-1, -1))
     _require_default("attention_chunk", attention_chunk, 0)
-    _require_default("softcap", softcap, 0.0)
     return _flash3_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                             return_lse=return_attn_probs, deterministic=deterministic)
+                             return_lse=return_attn_probs, deterministic=deterministic,
+                             window_size=tuple(window_size), softcap=softcap)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

@@ -83,6 +83,22 @@ def _abi_scale(softmax_scale):
     return float(softmax_scale)
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _abi_window(window_size):
+    """(left, right) as the ABI's int32s. The library checks the values
+    (>= -1, right <= 0 with causal); here only what the ABI cannot carry. A
+    bound past any sequence means the same as int32 max, so it is clamped."""
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise _invalid(f"window_size: expected a pair (left, right); got {window_size!r}") from None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (left, right)):
+        raise _invalid(f"window_size: expected two ints (-1: unbounded); got {window_size!r}")
+    return min(left, _INT32_MAX), min(right, _INT32_MAX)
+
+
 def _public_or_private(private_name, public):
     # torch.cuda.current_stream() builds a Stream object per call and
     # current_device() goes through Python wrappers (microseconds each); the
@@ -96,7 +112,8 @@ _current_device = _public_or_private("_cuda_getDevice", lambda: torch.cuda.curre
 _launcher = None
 
 
-def _launch(q, k, v, out, lse, softmax_scale, causal):
+def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_right=-1,
+            softcap=0.0):
     """flash3_fwd into caller-provided out/lse (lse may be None), on the
     current stream of q's device. The op below uses it; tests call it
     directly with NaN-poisoned buffers."""
@@ -115,6 +132,7 @@ def _launch(q, k, v, out, lse, softmax_scale, causal):
         0 if lse is None else lse.data_ptr(),
         _ABI_DTYPE[q.dtype], batch, seqlen_q, seqlen_k, num_heads_q, num_heads_kv, head_dim,
         _abi_scale(softmax_scale), 1 if causal else 0,
+        window_left, window_right, float(softcap),
     )
     # The library launches on the current device; the stream must belong to it.
     if device == _current_device():
@@ -124,7 +142,7 @@ def _launch(q, k, v, out, lse, softmax_scale, causal):
             _launcher(_raw_stream(device), fields)
 
 
-def _forward(q, k, v, softmax_scale, causal, want_lse=True):
+def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, want_lse=True):
     """The eager implementation: check, allocate out (and lse unless
     want_lse is false: then lse is None and the kernel skips it), launch."""
     if not _inputs_ok(q, k, v):
@@ -135,7 +153,7 @@ def _forward(q, k, v, softmax_scale, causal, want_lse=True):
     if want_lse:
         batch, seqlen_q, num_heads_q, _ = q.shape
         lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
-    _launch(q, k, v, out, lse, softmax_scale, causal)
+    _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap)
     return out, lse
 
 
@@ -147,15 +165,19 @@ def fwd(
     softmax_scale: Optional[float],
     causal: bool,
     deterministic: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward. q (b, sq, hq, d); k, v (b, sk, hkv, d).
     Returns out (b, sq, hq, d) contiguous in q's dtype and lse (b, hq, sq) fp32.
     `deterministic` only affects the backward (bitwise-reproducible dq)."""
-    return _forward(q, k, v, softmax_scale, causal)
+    return _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
 
 
 @fwd.register_fake
-def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False):
+def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-1,
+              window_right=-1, softcap=0.0):
     _check_inputs(q, k, v, need_cuda=False)
     _abi_scale(softmax_scale)
     batch, seqlen_q, num_heads_q, _ = q.shape
@@ -190,7 +212,8 @@ def _check_bwd_inputs(dout, q, out, lse):
         raise _invalid(f"lse: must be on q's device ({q.device}); got {lse.device}")
 
 
-def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
+def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
+              window_right, softcap):
     """The eager implementation of flash3::bwd: allocate dq, dk, dv and the
     workspace, launch flash3_bwd on the current stream."""
     _check_inputs(q, k, v, need_cuda=True)
@@ -205,7 +228,8 @@ def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
         dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
         softmax_scale=_abi_scale(softmax_scale), causal=1 if causal else 0,
-        deterministic=1 if deterministic else 0, lse=lse.data_ptr())
+        deterministic=1 if deterministic else 0, lse=lse.data_ptr(),
+        window_left=window_left, window_right=window_right, softcap=float(softcap))
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
                     ("dq", dq), ("dk", dk), ("dv", dv)):
         field = getattr(params, name)
@@ -231,14 +255,19 @@ def bwd(
     softmax_scale: Optional[float],
     causal: bool,
     deterministic: bool,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention backward: (dq, dk, dv) for the forward that gave out, lse.
     With GQA, dk and dv are summed over the query heads of each KV head."""
-    return _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic)
+    return _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
+                     window_right, softcap)
 
 
 @bwd.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left=-1,
+              window_right=-1, softcap=0.0):
     _check_inputs(q, k, v, need_cuda=False)
     _check_bwd_inputs(dout, q, out, lse)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
@@ -247,12 +276,13 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, deterministic = inputs
+    q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.softmax_scale = softmax_scale
     ctx.causal = causal
     ctx.deterministic = deterministic
+    ctx.mask = (window_left, window_right, softcap)
     # The LSE is an output for inspection (and ring attention's merge), not
     # something gradients flow through.
     ctx.mark_non_differentiable(lse)
@@ -261,8 +291,8 @@ def _fwd_setup_context(ctx, inputs, output):
 def _fwd_backward(ctx, dout, _dlse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.flash3.bwd.default(
-        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask)
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
@@ -313,7 +343,7 @@ def _can_skip_dispatcher(q, k, v):
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
-                    deterministic=False):
+                    deterministic=False, window_size=(-1, -1), softcap=0.0):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv,
@@ -323,14 +353,24 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     softmax_scale: None for 1/sqrt(head_dim).
     causal: mask aligned to the bottom-right corner (query i sees key j iff
     j <= i + seqlen_k - seqlen_q); rows that see no key give 0 and lse -inf.
+    window_size: (left, right) sliding window, aligned like causal: query i
+    sees keys i + d - left .. i + d + right, d = seqlen_k - seqlen_q; -1 is
+    unbounded; with causal, right must be -1 or 0. Key blocks outside every
+    window are skipped, not masked.
+    softcap: > 0 replaces the scores s = scale * q.k by softcap * tanh(s /
+    softcap) (Gemma 2, Grok), with its gradient.
     Returns out (contiguous, q's dtype), or (out, lse) with lse (batch,
     heads_q, seqlen_q) fp32 natural log when return_lse is true.
     Differentiable in q, k, v (lse is not); deterministic=True makes the
     backward bitwise reproducible (dq accumulates in a fixed order).
     """
+    window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
+    softcap = float(softcap)
     if _can_skip_dispatcher(q, k, v):
         # No autograd here (_can_skip_dispatcher), so the LSE is needed only if returned.
-        out, lse = _forward(q, k, v, softmax_scale, causal, want_lse=return_lse)
+        out, lse = _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
+                            want_lse=return_lse)
     else:
-        out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic))
+        out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic), window_left,
+                           window_right, softcap)
     return (out, lse) if return_lse else out

@@ -19,6 +19,25 @@ def causal_mask(seqlen_q, seqlen_k, device):
     return j <= i + (seqlen_k - seqlen_q)
 
 
+def visible_mask(seqlen_q, seqlen_k, device, causal=False, window_size=(-1, -1)):
+    """Bool (seqlen_q, seqlen_k), True where query i may see key j under
+    causal and a (left, right) window, both aligned bottom-right: with d =
+    seqlen_k - seqlen_q, j >= i + d - left unless left == -1, j <= i + d +
+    right unless right == -1, and j <= i + d with causal."""
+    left, right = window_size
+    i = torch.arange(seqlen_q, device=device).unsqueeze(1)
+    j = torch.arange(seqlen_k, device=device).unsqueeze(0)
+    diagonal = i + (seqlen_k - seqlen_q)
+    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if causal:
+        visible &= j <= diagonal
+    if left >= 0:
+        visible &= j >= diagonal - left
+    if right >= 0:
+        visible &= j <= diagonal + right
+    return visible
+
+
 @contextlib.contextmanager
 def _ieee_fp32_matmul():
     # TF32 (10-bit mantissa) would make an "fp32" reference less accurate than
@@ -42,8 +61,10 @@ def _repeat_kv(x, num_heads_q):
 
 
 def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
-                  compute_dtype=torch.float32):
+                  compute_dtype=torch.float32, window_size=(-1, -1), softcap=0.0):
     """Reference attention. Returns (out, lse).
+    Scores s = softmax_scale * q.k; softcap > 0 replaces them by softcap *
+    tanh(s / softcap); then causal and window_size mask them (visible_mask).
 
     q: (b, sq, hq, d); k, v: (b, sk, hkv, d) with hq % hkv == 0.
     upcast=True: computed in `compute_dtype` (float32, or float64 where
@@ -53,7 +74,7 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
     calibrate the rounding error a correct kernel may have (DESIGN.md 3);
     out in the input dtype, lse converted to float32 from the low-precision
     logsumexp.
-    Rows that see no key (causal with sq > sk, or sk == 0): out 0, lse -inf.
+    Rows that see no key (causal with sq > sk, a window, or sk == 0): out 0, lse -inf.
     """
     batch, seqlen_q, num_heads_q, head_dim = q.shape
     seqlen_k = k.shape[1]
@@ -67,8 +88,10 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
 
     with _ieee_fp32_matmul():
         scores = torch.matmul(qh, kh.transpose(-2, -1)) * softmax_scale
-        if causal:
-            visible = causal_mask(seqlen_q, seqlen_k, q.device)
+        if softcap > 0:
+            scores = torch.tanh(scores / softcap) * softcap
+        if causal or tuple(window_size) != (-1, -1):
+            visible = visible_mask(seqlen_q, seqlen_k, q.device, causal, window_size)
             scores = scores.masked_fill(~visible, float("-inf"))
         # logsumexp of an all -inf row is -inf, which is the LSE we want there.
         lse = torch.logsumexp(scores, dim=-1)

@@ -1,5 +1,5 @@
 // flash3::backward: validate -> (nothing to compute? zero the gradients) ->
-// device and pointer checks -> default scale -> row statistics (which also
+// device and pointer checks -> default scale, resolved window -> row statistics (which also
 // zero dQ's accumulator) -> main kernel and dQ conversion.
 #include <cmath>
 #include <exception>
@@ -12,6 +12,7 @@
 #include "kernels/bwd_run.h"
 #include "last_error.hpp"
 #include "validate.hpp"
+#include "window.hpp"
 
 namespace flash3 {
 namespace {
@@ -102,6 +103,7 @@ Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
   BackwardParams resolved = params;
   if (resolved.softmax_scale == 0.f)
     resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
+  host::resolve_window(resolved);
   if (CheckResult r = launch(resolved, stream); !r.ok()) return host::record(r);
   host::clear_last_error();
   return Status::kOk;

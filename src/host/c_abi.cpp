@@ -12,15 +12,20 @@ namespace {
 using flash3::host::cat;
 using flash3::host::CheckResult;
 
-// Sizes of the params structs in ABI v1. Frozen: later versions append fields,
-// and callers compiled against v1 keep passing this size.
+// Sizes of the params structs in each ABI version. Frozen: later versions
+// append fields, and callers compiled against an older header keep passing
+// its size.
 constexpr uint64_t kFwdParamsSizeV1 = 216;
-static_assert(FLASH3_ABI_VERSION != 1 || sizeof(flash3_fwd_params) == kFwdParamsSizeV1,
-              "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep v1 callers working");
+constexpr uint64_t kFwdParamsSizeV2 = 232;
+static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
+static_assert(FLASH3_ABI_VERSION != 2 || sizeof(flash3_fwd_params) == kFwdParamsSizeV2,
+              "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
-static_assert(FLASH3_ABI_VERSION != 1 || sizeof(flash3_bwd_params) == kBwdParamsSizeV1,
-              "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep v1 callers working");
+constexpr uint64_t kBwdParamsSizeV2 = 408;
+static_assert(offsetof(flash3_bwd_params, window_left) == kBwdParamsSizeV1);
+static_assert(FLASH3_ABI_VERSION != 2 || sizeof(flash3_bwd_params) == kBwdParamsSizeV2,
+              "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
 static_assert(FLASH3_OK == static_cast<int>(flash3::Status::kOk));
@@ -58,6 +63,9 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.head_dim = p.head_dim;
   out.softmax_scale = p.softmax_scale;
   out.causal = p.causal != 0;
+  out.window_left = p.window_left;
+  out.window_right = p.window_right;
+  out.softcap = p.softcap;
   return out;
 }
 
@@ -84,13 +92,30 @@ flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
   out.deterministic = p.deterministic != 0;
   out.workspace = p.workspace;
   out.workspace_bytes = static_cast<size_t>(p.workspace_bytes);
+  out.window_left = p.window_left;
+  out.window_right = p.window_right;
+  out.softcap = p.softcap;
   return out;
+}
+
+void init(flash3_fwd_params* p) {
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+  p->window_left = p->window_right = -1;
+}
+
+void init(flash3_bwd_params* p) {
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+  p->window_left = p->window_right = -1;
 }
 
 // Copies the fields this library knows out of a caller's params struct of
 // type Struct (`name`), after checking its struct_size: at least the v1 size,
 // and any bytes beyond what this library knows must be zero (they would be
-// features it cannot honour; ignoring them could give a silently wrong result).
+// features it cannot honour; ignoring them could give a silently wrong
+// result). Fields the caller's (older) struct lacks keep their defaults; only
+// the caller's struct_size bytes are read.
 template <class Struct>
 flash3_status read_params(const Struct* params, const char* name, uint64_t v1_size, Struct* known) {
   if (params == nullptr)
@@ -108,7 +133,8 @@ flash3_status read_params(const Struct* params, const char* name, uint64_t v1_si
                   cat("params->struct_size: ", size, " bytes, with fields set beyond the ",
                       sizeof(Struct), " bytes this library knows (ABI v", FLASH3_ABI_VERSION,
                       "); upgrade flash3 or leave the newer fields zero"));
-  std::memcpy(known, params, sizeof(Struct));
+  init(known);
+  std::memcpy(known, params, size < sizeof(Struct) ? size : sizeof(Struct));
   return FLASH3_OK;
 }
 
@@ -155,9 +181,7 @@ flash3_status guarded(Call call) {
 extern "C" {
 
 FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params) {
-  if (params == nullptr) return;
-  std::memset(params, 0, sizeof(*params));
-  params->struct_size = sizeof(*params);
+  if (params != nullptr) init(params);
 }
 
 FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream) {
@@ -165,9 +189,7 @@ FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* strea
 }
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params) {
-  if (params == nullptr) return;
-  std::memset(params, 0, sizeof(*params));
-  params->struct_size = sizeof(*params);
+  if (params != nullptr) init(params);
 }
 
 FLASH3_API flash3_status flash3_bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes) {

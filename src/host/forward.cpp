@@ -1,5 +1,6 @@
 // flash3::forward: validate -> (no-op?) -> device and pointer checks ->
-// default scale -> dispatch to the (dtype, head dim) instantiation.
+// default scale, resolved window -> dispatch to the (dtype, head dim)
+// instantiation.
 #include <cmath>
 #include <exception>
 #include <new>
@@ -10,6 +11,7 @@
 #include "kernels/fwd_run.h"
 #include "last_error.hpp"
 #include "validate.hpp"
+#include "window.hpp"
 
 namespace flash3 {
 namespace {
@@ -70,6 +72,7 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
   ForwardParams resolved = params;
   if (resolved.softmax_scale == 0.f)
     resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
+  host::resolve_window(resolved);
 
   const std::optional<cudaError_t> launched = resolved.seqlen_k == 0
                                                   ? kernels::run_fwd_empty_keys(resolved, stream)

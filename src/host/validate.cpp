@@ -78,6 +78,25 @@ CheckResult check_tensor(const char* name, const Tensor4d& t, int elem_bytes) {
   return {};
 }
 
+// Window bounds, softcap, and the int32 headroom the banded mask's
+// arithmetic needs (key - row differences up to seqlen_q + seqlen_k).
+CheckResult check_mask(const ForwardParams& p) {
+  if (p.window_left < -1)
+    return invalid(cat("window_left must be >= -1 (-1: unbounded); got ", p.window_left));
+  if (p.window_right < -1)
+    return invalid(cat("window_right must be >= -1 (-1: unbounded); got ", p.window_right));
+  if (p.causal && p.window_right > 0)
+    return invalid(cat("window_right must be -1 or 0 with causal (a causal row sees no key right "
+                       "of its diagonal); got ", p.window_right));
+  if (!std::isfinite(p.softcap) || p.softcap < 0.f)
+    return invalid(cat("softcap must be finite and >= 0 (0: no softcap); got ", p.softcap));
+  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  if (banded && int64_t{p.seqlen_q} + p.seqlen_k > kMaxRows)
+    return invalid(cat("seqlen_q + seqlen_k must be at most ", kMaxRows,
+                       " with causal or a window; got ", int64_t{p.seqlen_q} + p.seqlen_k));
+  return {};
+}
+
 std::string supported_head_dims() {
   std::string out;
   for (int h : kSupportedHeadDims) out += (out.empty() ? "" : ", ") + std::to_string(h);
@@ -197,6 +216,7 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.f)
     return invalid(cat("softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim)); got ",
                        p.softmax_scale));
+  if (CheckResult r = check_mask(p); !r.ok()) return r;
 
   const bool q_used = p.batch > 0 && p.seqlen_q > 0;
   const bool kv_used = p.batch > 0 && p.seqlen_k > 0;
@@ -231,6 +251,9 @@ ForwardParams forward_view(const BackwardParams& p) {
   f.head_dim = p.head_dim;
   f.softmax_scale = p.softmax_scale;
   f.causal = p.causal;
+  f.window_left = p.window_left;
+  f.window_right = p.window_right;
+  f.softcap = p.softcap;
   return f;
 }
 

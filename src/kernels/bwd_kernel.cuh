@@ -66,14 +66,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // Derived after setmaxnreg in each branch: values live across it are spilled.
   auto const work = [&] {
-    // Deterministic causal adds go from high key blocks to low (DQAccumulator::turn).
+    // Deterministic banded adds go from high key blocks to low (DQAccumulator::turn).
     int const n_block = abs(params.n_block_flip - int(blockIdx.x));
     BwdTile const tile{n_block, int(blockIdx.y), int(blockIdx.z)};
-    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k};
+    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.window_left,
+                                       params.window_right};
     int const head_begin = tile.kv_head * params.heads_per_kv_head;
-    return cute::make_tuple(tile, mask.m_block_begin(tile.n_block),
-                            ceil_div(params.seqlen_q, int(Traits::kBlockM)), head_begin,
-                            head_begin + params.heads_per_kv_head);
+    // Key blocks no query sees (left of every window) still write dK = dV = 0.
+    int const m_begin = mask.m_block_begin(tile.n_block);
+    int const m_end = max(m_begin, mask.m_block_end(tile.n_block));
+    return cute::make_tuple(tile, m_begin, m_end, head_begin, head_begin + params.heads_per_kv_head);
   };
 
   if (role == WarpGroupRole::kProducer) {

@@ -25,11 +25,14 @@ struct BwdKernelParams {
   int seqlen_k;
   int heads_q;
   int heads_per_kv_head;
-  float softmax_scale;
-  float scale_log2;
+  int window_left;             // banded kernels: resolved window (attention_mask.cuh)
+  int window_right;
+  float softmax_scale;         // dK and dQ are softmax_scale * (dS^T Q, dS K)
+  float softcap_input_scale;   // as in FwdKernelParams (0: no softcap)
+  float scale_log2;            // logit scale (softmax_scale, or softcap) * log2(e)
   bool deterministic;
   // CTA x works on key block |n_block_flip - x|: 0, or the last key block to
-  // launch in reverse (deterministic causal, DQAccumulator::turn).
+  // launch in reverse (deterministic banded, DQAccumulator::turn).
   int n_block_flip;
 };
 

@@ -41,10 +41,13 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
+      p.window_left,
+      p.window_right,
       p.softmax_scale,
-      p.softmax_scale * float(M_LOG2E),
+      p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
+      (p.softcap > 0.f ? p.softcap : p.softmax_scale) * float(M_LOG2E),
       p.deterministic,
-      Traits::kCausal && p.deterministic ? ceil_div(p.seqlen_k, Traits::kBlockN) - 1 : 0,
+      Traits::kBanded && p.deterministic ? ceil_div(p.seqlen_k, Traits::kBlockN) - 1 : 0,
   };
   auto kernel = bwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(typename Traits::SharedStorage));
@@ -60,11 +63,13 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
   return cudaGetLastError();
 }
 
+// `params` is resolved like the forward's (fwd_run.h): banded iff window_left >= 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd(BackwardParams const& params, BwdWorkspaceView const& ws, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
-  return params.causal ? launch_bwd<BwdTraits<Element, kHeadDim, true>>(params, ws, stream)
-                       : launch_bwd<BwdTraits<Element, kHeadDim, false>>(params, ws, stream);
+  return params.window_left >= 0
+             ? launch_bwd<BwdTraits<Element, kHeadDim, true>>(params, ws, stream)
+             : launch_bwd<BwdTraits<Element, kHeadDim, false>>(params, ws, stream);
 }
 
 }  // namespace flash3::kernels

@@ -30,7 +30,7 @@ struct BwdMainloop {
   using Element = typename Traits::Element;
   using Params = BwdKernelParams<Traits>;
   using SharedStorage = typename Traits::SharedStorage;
-  using Mask = AttentionMask<Traits::kCausal, Traits::kBlockM, Traits::kBlockN>;
+  using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
   static constexpr int kHeadDim = Traits::kHeadDim;
@@ -143,7 +143,8 @@ struct BwdMainloop {
     Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
     constexpr int kCols = decltype(size<1>(coords))::value;
 
-    Mask const mask{p.seqlen_q, p.seqlen_k};
+    Mask const mask{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    bool const softcap = p.softcap_input_scale != 0.f;
     for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
       int const stage = read.index();
       int const buffer = step % Traits::kDSBuffers;
@@ -161,23 +162,43 @@ struct BwdMainloop {
       Tensor scores = as_rowcol(acc_s);
       Tensor dp = as_rowcol(acc_dp);
       warpgroup_wait<1>();
+      if (softcap) apply_softcap(scores, p.softcap_input_scale);
       if (mask.needs_mask(m_block, tile.n_block))
         mask.apply_transposed(scores, coords, m_block, tile.n_block);
-      // P = exp(scale * S - LSE); padded and keyless rows have lse = +inf: P = 0.
-      CUTE_UNROLL
-      for (int j = 0; j < kCols; ++j) {
-        float const lse_j = lse[get<1>(coords(0, j))];
+      // P = exp(logit_scale * S - LSE); padded and keyless rows have lse = +inf: P = 0.
+      auto const probability = [&](float s, float lse_j) {
+        return fast_exp2(fmaf(s, p.scale_log2, -lse_j));
+      };
+      if (!softcap) {  // the exps run while dP = dO V^T is still in flight
         CUTE_UNROLL
-        for (int i = 0; i < size<0>(scores); ++i)
-          scores(i, j) = fast_exp2(fmaf(scores(i, j), p.scale_log2, -lse_j));
+        for (int j = 0; j < kCols; ++j) {
+          float const lse_j = lse[get<1>(coords(0, j))];
+          CUTE_UNROLL
+          for (int i = 0; i < size<0>(scores); ++i) scores(i, j) = probability(scores(i, j), lse_j);
+        }
       }
 
       warpgroup_wait<0>();
+      // dS = P (dP - D), and with softcap times d tanh = 1 - t^2 of the capped
+      // score t, which must still be in `scores`: the exps wait for dP then.
+      // Masked scores (t = -inf) have P = 0 and no gradient.
       CUTE_UNROLL
       for (int j = 0; j < kCols; ++j) {
-        float const dpsum_j = dpsum[get<1>(coords(0, j))];
-        CUTE_UNROLL
-        for (int i = 0; i < size<0>(dp); ++i) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
+        int const col = get<1>(coords(0, j));
+        float const dpsum_j = dpsum[col];
+        if (softcap) {
+          float const lse_j = lse[col];
+          CUTE_UNROLL
+          for (int i = 0; i < size<0>(dp); ++i) {
+            float const t = scores(i, j);
+            float const prob = probability(t, lse_j);
+            scores(i, j) = prob;
+            dp(i, j) = prob > 0.f ? prob * (dp(i, j) - dpsum_j) * fmaf(-t, t, 1.f) : 0.f;
+          }
+        } else {
+          CUTE_UNROLL
+          for (int i = 0; i < size<0>(dp); ++i) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
+        }
       }
 
       // P^T and dS^T in the input dtype, laid out as the A operand of m64nNk16.

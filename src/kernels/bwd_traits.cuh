@@ -34,11 +34,12 @@ template <class Layout, class Shape2d>
 using TransposedView = decltype(composition(
     Layout{}, make_ordered_layout(Shape2d{}, Step<_2, _1, _3>{})));
 
-template <class Element_, int kHeadDim_, bool kCausal_>
+// kBanded: causal or sliding-window mask (attention_mask.cuh).
+template <class Element_, int kHeadDim_, bool kBanded_>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kCausal = kCausal_;
+  static constexpr bool kBanded = kBanded_;
   static constexpr BwdTileConfig kTile = bwd_tile_config(kHeadDim);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -104,7 +105,7 @@ struct BwdTraits {
   using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSBuffers>>{}));
   using SmemLayoutPdSt = TransposedView<SmemLayoutPdS, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSBuffers>>>;
 
-  using GmemTensor = typename FwdTraits<Element, kHeadDim, kCausal>::GmemTensor;
+  using GmemTensor = typename FwdTraits<Element, kHeadDim, kBanded>::GmemTensor;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                       Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},

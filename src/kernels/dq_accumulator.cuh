@@ -56,14 +56,16 @@ struct DQAccumulator {
   }
   // Deterministic mode: key block n_block adds to tile m_block after `turn`
   // other key blocks. Ascending for full attention, where every CTA starts at
-  // query block 0. Causal: from the last key block that reaches the tile down
-  // to 0, the order in which CTAs started together arrive (the CTA of key
-  // block n starts at the diagonal tile), so no CTA idles for the CTAs of
-  // lower key blocks to catch up; run_bwd launches key blocks in reverse then,
-  // so a CTA only waits on CTAs dispatched before it.
+  // query block 0. Banded (causal, window): from the last key block that
+  // reaches the tile down to the first, the order in which CTAs started
+  // together arrive (the CTA of key block n starts at the diagonal tile), so
+  // no CTA idles for the CTAs of lower key blocks to catch up; run_bwd
+  // launches key blocks in reverse then, so a CTA only waits on CTAs
+  // dispatched before it.
   CUTE_DEVICE static int turn(Params const& p, int n_block, int m_block) {
-    if constexpr (Traits::kCausal) {
-      AttentionMask<true, Traits::kBlockM, Traits::kBlockN> const mask{p.seqlen_q, p.seqlen_k};
+    if constexpr (Traits::kBanded) {
+      AttentionMask<true, Traits::kBlockM, Traits::kBlockN> const mask{
+          p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
       return mask.n_block_end(m_block) - 1 - n_block;
     } else {
       return n_block;

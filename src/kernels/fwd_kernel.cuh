@@ -45,15 +45,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // Heavy causal tiles (the last query blocks) first.
   FwdTile const tile{int(gridDim.x - 1 - blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
-  typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k};
+  typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.window_left,
+                                     params.window_right};
+  int const n_block_begin = mask.n_block_begin(tile.m_block);
   int const n_block_end = mask.n_block_end(tile.m_block);
+  bool const sees_keys = n_block_begin < n_block_end;
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     // Rows that see no key need no loads; the consumers write 0 and -inf.
-    if (is_producer_thread && n_block_end > 0) {
+    if (is_producer_thread && sees_keys) {
       auto write = cutlass::make_producer_start_state<PipelineKV>();
-      Mainloop::load(params, smem, tile, n_block_end, pipeline_k, pipeline_v, write);
+      Mainloop::load(params, smem, tile, n_block_begin, n_block_end, pipeline_k, pipeline_v,
+                     write);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
@@ -63,10 +67,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     clear(acc_o);
     constexpr int kRows = decltype(size<0>(acc_rowcol_layout(acc_o.layout())))::value;
     OnlineSoftmax<kRows> softmax(params.scale_log2);
-    if (n_block_end > 0) {
+    if (sees_keys) {
       typename Traits::PipelineState read_k, read_v;
-      Mainloop::compute(params, smem, tile, n_block_end, thread, pipeline_k, pipeline_v, read_k,
-                        read_v, acc_o, softmax);
+      Mainloop::compute(params, smem, tile, n_block_begin, n_block_end, thread, pipeline_k,
+                        pipeline_v, read_k, read_v, acc_o, softmax);
     }
     FwdEpilogue<Traits>::store(params, tile, thread, acc_o, softmax);
   }

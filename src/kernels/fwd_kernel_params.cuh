@@ -21,8 +21,14 @@ struct FwdKernelParams {
   int seqlen_k;
   int heads_q;
   int heads_per_kv_head;  // heads_q / heads_kv (GQA group size)
-  float softmax_scale;
-  float scale_log2;       // softmax_scale * log2(e)
+  int window_left;        // banded kernels: resolved window (attention_mask.cuh)
+  int window_right;
+  // The scores the softmax sees are raw q.k, or with softcap tanh(q.k *
+  // softcap_input_scale) (softcap_input_scale = softmax_scale / softcap; 0 =
+  // no softcap); times logit_scale (softmax_scale, or softcap) they are logits.
+  float softcap_input_scale;
+  float logit_scale;
+  float scale_log2;       // logit_scale * log2(e)
 };
 
 }  // namespace flash3::kernels

@@ -19,6 +19,7 @@ template <class Traits>
 cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using SharedStorage = typename Traits::SharedStorage;
+  float const logit_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
   FwdKernelParams<Traits> kp{
       make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, p.batch, p.seqlen_q, p.heads_q),
                     typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{}),
@@ -38,8 +39,11 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
-      p.softmax_scale,
-      p.softmax_scale * float(M_LOG2E),
+      p.window_left,
+      p.window_right,
+      p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
+      logit_scale,
+      logit_scale * float(M_LOG2E),
   };
   auto kernel = fwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(SharedStorage));
@@ -49,11 +53,13 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// `params` is resolved (fwd_run.h): a banded mask has window_left >= 0.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(ForwardParams const& params, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
-  return params.causal ? launch_fwd<FwdTraits<Element, kHeadDim, true>>(params, stream)
-                       : launch_fwd<FwdTraits<Element, kHeadDim, false>>(params, stream);
+  return params.window_left >= 0
+             ? launch_fwd<FwdTraits<Element, kHeadDim, true>>(params, stream)
+             : launch_fwd<FwdTraits<Element, kHeadDim, false>>(params, stream);
 }
 
 }  // namespace flash3::kernels

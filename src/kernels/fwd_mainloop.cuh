@@ -1,7 +1,8 @@
 // Forward mainloop: the producer's TMA loads and the consumers' two GEMMs
-// with the online softmax between them. Key blocks are walked from the last
-// to the first, so the blocks that need masking (sequence end, causal
-// diagonal) come first and the rest run unmasked.
+// with the online softmax between them. A tile walks its key blocks
+// [n_block_begin, n_block_end) from the last to the first, so the blocks that
+// need masking at the sequence end or right edge of the window (the causal
+// diagonal) come first; only a sliding window's left edge is masked at the end.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -31,7 +32,7 @@ struct FwdMainloop {
   using Params = FwdKernelParams<Traits>;
   using SharedStorage = typename Traits::SharedStorage;
   using TileShape = typename Traits::TileShape;
-  using Mask = AttentionMask<Traits::kCausal, Traits::kBlockM, Traits::kBlockN>;
+  using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kHeadDim = Traits::kHeadDim;
 
   CUTE_DEVICE static auto global_qkv(Params const& p) {
@@ -45,8 +46,9 @@ struct FwdMainloop {
 
   // Run by one thread of the producer warp.
   template <class Pipeline, class PipelineState>
-  CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, FwdTile tile, int n_block_end,
-                               Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& write) {
+  CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, FwdTile tile,
+                               int n_block_begin, int n_block_end, Pipeline& pipeline_k,
+                               Pipeline& pipeline_v, PipelineState& write) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
@@ -68,7 +70,7 @@ struct FwdMainloop {
 
     smem.barrier_q.arrive_and_expect_tx(Traits::kQBytes);
     copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.barrier_q), 0), tQgQ, tQsQ);
-    for (int n_block = n_block_end - 1; n_block >= 0; --n_block) {
+    for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
       pipeline_k.producer_acquire(write);
       copy(p.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
            tKsK(_, write.index()));
@@ -89,7 +91,8 @@ struct FwdMainloop {
   // (PingPongScheduler). Both are traits switches so the ablation can build them.
   template <class Pipeline, class PipelineState, class FragO, class Softmax>
   CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
-                                  int n_block_end, int thread, Pipeline& pipeline_k,
+                                  int n_block_begin, int n_block_end, int thread,
+                                  Pipeline& pipeline_k,
                                   Pipeline& pipeline_v, PipelineState& read_k,
                                   PipelineState& read_v, FragO& acc_o, Softmax& softmax) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
@@ -111,8 +114,9 @@ struct FwdMainloop {
     Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
 
     PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
-    Mask const mask{p.seqlen_q, p.seqlen_k};
+    Mask const mask{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
     auto mask_and_softmax = [&](int n_block) {
+      if (p.softcap_input_scale != 0.f) apply_softcap(scores, p.softcap_input_scale);
       if (mask.needs_mask(tile.m_block, n_block)) mask.apply(scores, coords, tile.m_block, n_block);
       return softmax.step(scores);
     };
@@ -147,7 +151,7 @@ struct FwdMainloop {
       s_done();
       mask_and_softmax(n_block);  // O is still zero: its scale factor is moot
       convert_fragment(acc_s, tOrP);
-      for (--n_block; n_block >= 0; --n_block) {
+      for (--n_block; n_block >= n_block_begin; --n_block) {
         wait_k();
         wait_v();
         scheduler.wait_turn();
@@ -169,7 +173,7 @@ struct FwdMainloop {
       warpgroup_wait<0>();
       o_done();
     } else {  // the ablation baseline: each GEMM waited for before the softmax
-      for (int n_block = n_block_end - 1; n_block >= 0; --n_block) {
+      for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
         wait_k();
         scheduler.wait_turn();
         gemm_s();
@@ -181,7 +185,7 @@ struct FwdMainloop {
         wait_v();
         scheduler.wait_turn();
         gemm_o();
-        if (n_block > 0) {
+        if (n_block > n_block_begin) {
           scheduler.pass_turn();
         } else {
           scheduler.pass_last_turn();

@@ -10,7 +10,10 @@
 namespace flash3::kernels {
 
 // Defined once per (dtype, head dim) in instantiations/fwd_<dtype>_hdim<d>.cu.
-// `params` is validated; seqlen_k >= 1, batch >= 1, seqlen_q >= 1.
+// `params` is validated and resolved: seqlen_k >= 1, batch >= 1, seqlen_q >=
+// 1, softmax_scale set, and the mask as host/window.hpp gives it: window_left
+// = window_right = -1 for full attention, both >= 0 for a band (causal is
+// window_right = 0).
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const ForwardParams& params, cudaStream_t stream);
 

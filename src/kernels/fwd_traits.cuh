@@ -28,11 +28,12 @@ using namespace cute;
 
 enum class WarpGroupRole : int { kProducer = 0, kConsumer0 = 1, kConsumer1 = 2 };
 
-template <class Element_, int kHeadDim_, bool kCausal_>
+// kBanded: causal or sliding-window mask (attention_mask.cuh).
+template <class Element_, int kHeadDim_, bool kBanded_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kCausal = kCausal_;
+  static constexpr bool kBanded = kBanded_;
   static constexpr FwdTileConfig kTile = fwd_tile_config(kHeadDim);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;

@@ -31,7 +31,7 @@ struct OnlineSoftmax {
   static constexpr int kNumRows = kRows;
   float row_max[kRows];  // raw (unscaled) running max of each row's scores
   float row_sum[kRows];  // this thread's partial sum; quad-reduced in finalize
-  float scale_log2;      // softmax_scale * log2(e)
+  float scale_log2;      // logit scale (softmax_scale, or softcap) * log2(e)
 
   CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
     CUTE_UNROLL
@@ -73,18 +73,33 @@ struct OnlineSoftmax {
 
   // Returns per row the factor that normalizes O (0 for rows that saw no key)
   // and writes the natural-log LSE (-inf for those rows).
-  CUTE_DEVICE cute::array<float, kRows> finalize(float softmax_scale, float (&lse)[kRows]) {
+  CUTE_DEVICE cute::array<float, kRows> finalize(float logit_scale, float (&lse)[kRows]) {
     cute::array<float, kRows> o_scale;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       float const sum = quad_allreduce_sum(row_sum[i]);
       bool const empty = sum == 0.f;
       o_scale[i] = empty ? 0.f : 1.f / sum;
-      lse[i] = empty ? -INFINITY : row_max[i] * softmax_scale + __logf(sum);
+      lse[i] = empty ? -INFINITY : row_max[i] * logit_scale + __logf(sum);
     }
     return o_scale;
   }
 };
+
+CUTE_DEVICE float fast_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Softcap: scores -> tanh(scores * input_scale); the logit scale (softcap)
+// is applied with the softmax's. MUFU.TANH's relative error (2^-11) is below
+// the 16-bit inputs' rounding.
+template <class Tensor2d>
+CUTE_DEVICE void apply_softcap(Tensor2d&& scores, float input_scale) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(scores); ++i) scores(i) = fast_tanh(scores(i) * input_scale);
+}
 
 template <class Tensor2d, class RowFactors>
 CUTE_DEVICE void scale_rows(Tensor2d&& t, RowFactors const& factor) {

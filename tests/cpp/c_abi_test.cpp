@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <regex>
@@ -16,6 +17,7 @@
 namespace {
 
 constexpr uint64_t kSizeV1 = 216;  // sizeof(flash3_fwd_params) in ABI v1
+constexpr uint64_t kSizeV2 = 232;  // ... in ABI v2 (window_left, window_right, softcap)
 // A (dtype, head dim) this build has, from CMake.
 constexpr int kDType = FLASH3_TEST_DTYPE;
 constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
@@ -60,17 +62,47 @@ struct HostTensors {
   }
 };
 
-TEST(CAbi, ParamsInitZeroesAndSetsSize) {
+// Every byte zero except struct_size and the windows (-1: unbounded).
+template <class Params>
+void expect_init_defaults(const Params& p) {
+  EXPECT_EQ(p.struct_size, sizeof(Params));
+  EXPECT_EQ(p.window_left, -1);
+  EXPECT_EQ(p.window_right, -1);
+  Params expected;
+  std::memset(&expected, 0, sizeof(expected));
+  expected.struct_size = sizeof(Params);
+  expected.window_left = expected.window_right = -1;
+  EXPECT_EQ(std::memcmp(&p, &expected, sizeof(p)), 0);
+}
+
+TEST(CAbi, ParamsInitSetsDefaults) {
   flash3_fwd_params p;
   std::memset(&p, 0xAB, sizeof(p));
   flash3_fwd_params_init(&p);
-  EXPECT_EQ(p.struct_size, sizeof(flash3_fwd_params));
-  const auto* bytes = reinterpret_cast<const unsigned char*>(&p);
-  for (size_t i = sizeof(p.struct_size); i < sizeof(p); ++i) ASSERT_EQ(bytes[i], 0) << "byte " << i;
+  expect_init_defaults(p);
   flash3_fwd_params_init(nullptr);  // tolerated, does nothing
 }
 
-TEST(CAbi, V1StructSizeIsFrozen) { EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV1); }
+TEST(CAbi, StructSizesAreFrozen) {
+  EXPECT_EQ(offsetof(flash3_fwd_params, window_left), kSizeV1);
+  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV2);
+}
+
+// A caller compiled against the v1 header passes 216 bytes: the library must
+// not read past them, and the v2 fields take their defaults (no window).
+TEST(CAbi, V1CallerGetsDefaultsForNewerFields) {
+  HostTensors t;
+  t.params.struct_size = kSizeV1;
+  t.params.window_left = -7;  // past the caller's struct: must be ignored
+  t.params.window_right = -7;
+  t.params.softcap = -1.f;
+  t.params.num_heads_kv = 3;
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "num_heads_q (4) must be divisible by num_heads_kv (3)");
+  t.params.struct_size = kSizeV2;  // now they are read
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "window_left must be >= -1 (-1: unbounded); got -7");
+}
 
 TEST(CAbi, NullParams) {
   EXPECT_EQ(flash3_fwd(nullptr, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
@@ -115,8 +147,8 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   p.future_field = 1;
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
-               "params->struct_size: 224 bytes, with fields set beyond the 216 bytes this library "
-               "knows (ABI v1); upgrade flash3 or leave the newer fields zero");
+               "params->struct_size: 240 bytes, with fields set beyond the 232 bytes this library "
+               "knows (ABI v2); upgrade flash3 or leave the newer fields zero");
 }
 
 TEST(CAbi, ValidationMessagesComeThrough) {
@@ -171,7 +203,7 @@ TEST(CAbi, LastErrorIsPerThread) {
 TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_version(), "0.1.0");
   EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
-  EXPECT_EQ(flash3_abi_version(), 1);
+  EXPECT_EQ(flash3_abi_version(), 2);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16))* "
@@ -220,13 +252,12 @@ TEST(CppApi, ForwardAndLastError) {
 }
 
 TEST(CAbiBackward, ParamsInitAndFrozenSize) {
-  EXPECT_EQ(sizeof(flash3_bwd_params), 392u);
+  EXPECT_EQ(offsetof(flash3_bwd_params, window_left), 392u);  // the v1 size
+  EXPECT_EQ(sizeof(flash3_bwd_params), 408u);
   flash3_bwd_params p;
   std::memset(&p, 0xAB, sizeof(p));
   flash3_bwd_params_init(&p);
-  EXPECT_EQ(p.struct_size, sizeof(flash3_bwd_params));
-  const auto* bytes = reinterpret_cast<const unsigned char*>(&p);
-  for (size_t i = sizeof(p.struct_size); i < sizeof(p); ++i) ASSERT_EQ(bytes[i], 0) << "byte " << i;
+  expect_init_defaults(p);
 }
 
 TEST(CAbiBackward, NullAndShortParams) {

@@ -212,6 +212,59 @@ TEST(Validate, SoftmaxScale) {
   expect_ok(p);
 }
 
+TEST(Validate, Window) {
+  ForwardParams p = valid_params();
+  p.window_left = -2;
+  expect_error(p, Status::kInvalidArgument, "window_left must be >= -1 (-1: unbounded); got -2");
+  p.window_left = 0;
+  p.window_right = -3;
+  expect_error(p, Status::kInvalidArgument, "window_right must be >= -1 (-1: unbounded); got -3");
+  p.window_right = 0;
+  expect_ok(p);
+  p.window_left = p.window_right = std::numeric_limits<int>::max();
+  expect_ok(p);
+  p.causal = true;
+  expect_error(p, Status::kInvalidArgument,
+               "window_right must be -1 or 0 with causal (a causal row sees no key right of its "
+               "diagonal); got 2147483647");
+  p.window_right = 0;
+  expect_ok(p);
+  p.window_right = -1;
+  expect_ok(p);
+}
+
+TEST(Validate, Softcap) {
+  const std::string prefix = "softcap must be finite and >= 0 (0: no softcap); got ";
+  ForwardParams p = valid_params();
+  p.softcap = -1.f;
+  expect_error(p, Status::kInvalidArgument, prefix + "-1");
+  p.softcap = std::numeric_limits<float>::infinity();
+  expect_error(p, Status::kInvalidArgument, prefix + "inf");
+  p.softcap = std::numeric_limits<float>::quiet_NaN();
+  expect_error(p, Status::kInvalidArgument, prefix + "nan");
+  p.softcap = 30.f;
+  expect_ok(p);
+}
+
+TEST(Validate, BandedMaskNeedsInt32Headroom) {
+  ForwardParams p = valid_params();
+  p.batch = p.heads_q = p.heads_kv = 1;
+  p.seqlen_q = 2;
+  p.seqlen_k = std::numeric_limits<int>::max() - 1;
+  expect_ok(p);  // full attention has no key - row arithmetic
+  p.window_left = 100;
+  expect_error(p, Status::kInvalidArgument,
+               "seqlen_q + seqlen_k must be at most 2147483647 with causal or a window; got "
+               "2147483648");
+  p.window_left = -1;
+  p.causal = true;
+  expect_error(p, Status::kInvalidArgument,
+               "seqlen_q + seqlen_k must be at most 2147483647 with causal or a window; got "
+               "2147483648");
+  p.seqlen_q = 1;
+  expect_ok(p);
+}
+
 TEST(Validate, RowCountsMustFitInt32) {
   ForwardParams p = valid_params();
   p.batch = 65536;

@@ -36,27 +36,30 @@ SMALL_LENGTHS = [
 LARGE_LENGTHS = [(1, 1023, 2049), (1, 2049, 1023), (2, 2049, 2049), (1, 4096, 4096)]
 
 
-def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True):
+def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True, **mask):
     leaves = [(x.float() if upcast else x).detach().requires_grad_() for x in (q, k, v)]
-    out, _ = attention_ref(*leaves, softmax_scale=softmax_scale, causal=causal, upcast=upcast)
+    out, _ = attention_ref(*leaves, softmax_scale=softmax_scale, causal=causal, upcast=upcast,
+                           **mask)
     out.backward(dout.float() if upcast else dout)
     return [x.grad for x in leaves]
 
 
-def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False):
+def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False, **mask):
     leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     out = flash3.flash_attn_func(*leaves, softmax_scale=softmax_scale, causal=causal,
-                                 deterministic=deterministic)
+                                 deterministic=deterministic, **mask)
     out.backward(dout)
     return [x.grad for x in leaves]
 
 
-def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, deterministic=False):
+def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, deterministic=False,
+                **mask):
+    """`mask`: window_size and softcap, as flash_attn_func takes them."""
     if dout is None:
         dout = torch.randn_like(q)
-    got = flash3_grads(q, k, v, dout, causal, softmax_scale, deterministic)
-    ref = reference_grads(q, k, v, dout, causal, softmax_scale)
-    lowp = reference_grads(q, k, v, dout, causal, softmax_scale, upcast=False)
+    got = flash3_grads(q, k, v, dout, causal, softmax_scale, deterministic, **mask)
+    ref = reference_grads(q, k, v, dout, causal, softmax_scale, **mask)
+    lowp = reference_grads(q, k, v, dout, causal, softmax_scale, upcast=False, **mask)
     for name, g, r, lo, x in zip(("dq", "dk", "dv"), got, ref, lowp, (q, k, v)):
         assert g.dtype == x.dtype and g.shape == x.shape, f"{name} {_where(seed)}"
         assert_rule(name, g.float(), r, lo.float(), seed)
@@ -132,10 +135,10 @@ def test_zero_length_gives_zero_grads(seqlen_q, seqlen_k, seed):
         assert g.shape == x.shape and (g == 0).all()
 
 
-def _deterministic_grads(q, k, v, dout, causal, runs):
-    first = flash3_grads(q, k, v, dout, causal, deterministic=True)
+def _deterministic_grads(q, k, v, dout, causal, runs, **mask):
+    first = flash3_grads(q, k, v, dout, causal, deterministic=True, **mask)
     for run in range(runs - 1):
-        again = flash3_grads(q, k, v, dout, causal, deterministic=True)
+        again = flash3_grads(q, k, v, dout, causal, deterministic=True, **mask)
         for name, a, b in zip(("dq", "dk", "dv"), first, again):
             assert torch.equal(a, b), f"{name} differs on run {run + 2} of {runs}"
     return first
@@ -156,6 +159,58 @@ def test_deterministic_large_20_runs(causal, seed):
     grads = _deterministic_grads(q, k, v, dout, causal, runs=20)
     check_grads(q, k, v, seed, causal, dout=dout, deterministic=True)
     assert all(g.isfinite().all() for g in grads)
+
+
+# (causal, window_size, softcap), as in the forward's test_window_and_softcap.
+MASKS = [
+    (False, (64, 64), 0.0), (True, (100, -1), 0.0), (False, (0, 0), 0.0), (False, (255, 3), 0.0),
+    (False, (-1, 130), 0.0), (False, (-1, -1), 2.0), (True, (-1, -1), 30.0), (True, (200, 0), 5.0),
+    (False, (40, 7), 2.0),
+]
+MASK_LENGTHS = [(1, 113, 255), (2, 255, 113), (2, 799, 799), (1, 1023, 2049)]
+
+
+def _mask_id(mask):
+    causal, (left, right), softcap = mask
+    return f"{'causal' if causal else 'full'}-w{left}_{right}-cap{softcap:g}"
+
+
+@pytest.mark.parametrize("lengths", MASK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("mask", MASKS, ids=_mask_id)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
+    require_built(dtype_name, head_dim)
+    causal, window_size, softcap = mask
+    batch, seqlen_q, seqlen_k = lengths
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
+    check_grads(q, k, v, seed, causal, window_size=window_size, softcap=softcap)
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("window_size", [(512, 0), (300, 300), (-1, 64)], ids=str)
+def test_deterministic_window_20_runs(head_dim, window_size, seed):
+    # Windows make the dQ adds of a tile start at a key block other than 0:
+    # the ordered adds must still all arrive (no hang) and repeat bitwise.
+    require_built("bf16", head_dim)
+    q, k, v = make_qkv(2, 4096, 4096, 8, 2, head_dim, torch.bfloat16)
+    dout = torch.randn_like(q)
+    _deterministic_grads(q, k, v, dout, False, runs=20, window_size=window_size)
+    check_grads(q, k, v, seed, False, dout=dout, deterministic=True, window_size=window_size)
+
+
+def test_softcap_gradient_differs_from_none(seed):
+    # Negative control for the softcap gradient: without d tanh the result
+    # must fail the rule.
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(1, 200, 300, 2, 2, d, dtype)
+    q = q * 3
+    dout = torch.randn_like(q)
+    wrong = flash3_grads(q, k, v, dout, False)
+    ref = reference_grads(q, k, v, dout, False, softcap=2.0)
+    lowp = reference_grads(q, k, v, dout, False, upcast=False, softcap=2.0)
+    with pytest.raises(AssertionError):
+        assert_rule("dq", wrong[0].float(), ref[0], lowp[0].float(), seed)
 
 
 def test_torch_compile_forward_and_backward(seed):

@@ -30,6 +30,10 @@ def test_parse_args():
     for bad in ("flash3,cudnnn", "cudnn"):
         with pytest.raises(SystemExit):
             bench.parse_args(["--backends", bad])
+    args = bench.parse_args(["--window", "4096", "--hdims", "128"])
+    assert args.window == 4096 and args.seqlens == (bench.WINDOW_SEQLEN,)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--window", "-1"])
 
 
 def test_row_shows_na_and_ratio():

@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 1
+    assert _lib.abi_version() == _lib.ABI_VERSION == 2
 
 
 def test_build_info_lists_configurations():
@@ -72,34 +72,45 @@ def test_build_info_lists_configurations():
 
 
 def test_struct_layout_matches_header():
-    # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 9 * 4 (scalars) = 212, padded to 8.
+    # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
+    # the v2 fields start where v1's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
-    assert ctypes.sizeof(_lib.FwdParams) == 216
-    assert ctypes.sizeof(_lib.BwdParams) == 392
+    assert ctypes.sizeof(_lib.FwdParams) == 232
+    assert ctypes.sizeof(_lib.BwdParams) == 408
     assert _lib.FwdParams.lse.offset == 168
     assert _lib.FwdParams.causal.offset == 208
+    assert _lib.FwdParams.window_left.offset == 216
+    assert _lib.BwdParams.window_left.offset == 392
 
 
-def test_params_init_sets_size_and_zeroes_the_rest():
+def test_params_init_sets_defaults():
     p = _lib.FwdParams()
     ctypes.memset(ctypes.addressof(p), 0xAB, ctypes.sizeof(p))
     _lib.library().flash3_fwd_params_init(ctypes.byref(p))
     assert p.struct_size == ctypes.sizeof(_lib.FwdParams)
     raw = ctypes.string_at(ctypes.addressof(p) + 8, _lib.FwdParams.causal.offset + 4 - 8)
     assert raw == bytes(len(raw))
+    assert (p.window_left, p.window_right, p.softcap) == (-1, -1, 0.0)
+    # The Python constructors use the same defaults.
+    assert bytes(_lib.FwdParams()) == bytes(p)
+    b = _lib.BwdParams()
+    _lib.library().flash3_bwd_params_init(ctypes.byref(b))
+    assert bytes(_lib.BwdParams()) == bytes(b)
 
 
 def test_packer_fills_the_same_bytes_as_ctypes_fields():
     # The fast path (FwdLauncher) packs with struct; it must equal field stores.
     by_fields = valid_params()
     by_fields.softmax_scale, by_fields.causal = 0.125, 1
+    by_fields.window_left, by_fields.window_right, by_fields.softcap = 100, 0, 30.0
     packed = _lib.FwdParams()
     p = by_fields
     tensors = [(t.data, tuple(t.stride)) for t in (p.q, p.k, p.v, p.out)]
     _lib._FWD_PACKER.pack_into(
         packed, 0, p.struct_size, *(x for data, s in tensors for x in (data, *s)),
         ctypes.cast(p.lse, ctypes.c_void_p).value, p.dtype, p.batch, p.seqlen_q, p.seqlen_k,
-        p.num_heads_q, p.num_heads_kv, p.head_dim, p.softmax_scale, p.causal)
+        p.num_heads_q, p.num_heads_kv, p.head_dim, p.softmax_scale, p.causal,
+        p.window_left, p.window_right, p.softcap)
     assert bytes(packed) == bytes(by_fields)
 
 
@@ -153,6 +164,18 @@ def _scale_nan(p):
     p.softmax_scale = math.nan
 
 
+def _window_left_negative(p):
+    p.window_left = -5
+
+
+def _causal_window_right(p):
+    p.causal, p.window_right = 1, 3
+
+
+def _softcap_negative(p):
+    p.softcap = -2.0
+
+
 def _lse_misaligned(p):
     p.lse = ctypes.cast(FAKE_LSE + 2, ctypes.POINTER(ctypes.c_float))
 
@@ -175,6 +198,9 @@ BAD_CASES = {
     "out_null": (_out_null, INVALID, ["out", "NULL"]),
     "scale_nan": (_scale_nan, INVALID, ["softmax_scale", "nan"]),
     "lse_misaligned": (_lse_misaligned, INVALID, ["lse", "aligned"]),
+    "window_left": (_window_left_negative, INVALID, ["window_left", "-5"]),
+    "causal_window_right": (_causal_window_right, INVALID, ["window_right", "causal", "3"]),
+    "softcap": (_softcap_negative, INVALID, ["softcap", "-2"]),
 }
 
 
@@ -220,7 +246,7 @@ def test_raise_for_status_maps_to_exception_classes():
 def _launcher_fields(q_data, batch, head_dim, dtype):
     s = (128 * 8 * head_dim, 8 * head_dim, head_dim, 1)
     return (q_data, *s, FAKE_K, *s, FAKE_V, *s, FAKE_OUT, *s, 0, dtype,
-            batch, 128, 128, 8, 8, head_dim, 0.0, 0)
+            batch, 128, 128, 8, 8, head_dim, 0.0, 0, -1, -1, 0.0)
 
 
 def test_launcher_reports_errors():

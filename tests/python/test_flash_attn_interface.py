@@ -33,7 +33,7 @@ def test_fa3_names_exist():
 
 
 @pytest.mark.parametrize("argument, value", [
-    ("window_size", (128, 0)), ("softcap", 30.0), ("attention_chunk", 512),
+    ("attention_chunk", 512),
     ("q_descale", 1.0), ("qv", 1.0),
 ])
 def test_unimplemented_arguments_are_refused_by_name(argument, value):

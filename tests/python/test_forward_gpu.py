@@ -42,11 +42,12 @@ LARGE_LENGTHS = [
 ]
 
 
-def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=None):
-    """results: {label: (out, lse)}, all for the same inputs (the reference runs once)."""
-    ref_out, ref_lse = attention_ref(q, k, v, softmax_scale=softmax_scale, causal=causal)
+def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=None, **mask):
+    """results: {label: (out, lse)}, all for the same inputs (the reference runs once).
+    `mask`: window_size and softcap, as flash_attn_func takes them."""
+    ref_out, ref_lse = attention_ref(q, k, v, softmax_scale=softmax_scale, causal=causal, **mask)
     lowp_out, lowp_lse = attention_ref(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                                       upcast=False)
+                                       upcast=False, **mask)
     empty = torch.isneginf(ref_lse)  # rows that see no key
     visible = ~empty
     for label, (out, lse) in results.items():
@@ -61,23 +62,25 @@ def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=
         assert_rule(f"lse [{label}]", lse[visible], ref_lse[visible], lowp_lse[visible], seed)
 
 
-def run_poisoned(q, k, v, causal=False, softmax_scale=None, with_lse=True):
+def run_poisoned(q, k, v, causal=False, softmax_scale=None, with_lse=True, window_size=(-1, -1),
+                 softcap=0.0):
     """The op's own launch path into NaN-filled buffers, so unwritten elements fail."""
     b, sq, hq, d = q.shape
     out = torch.full((b, sq, hq, d), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device=q.device)
-    ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal)
+    ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal, *window_size,
+                softcap)
     return out, lse
 
 
-def check_both_paths(q, k, v, seed, causal=False, softmax_scale=None):
+def check_both_paths(q, k, v, seed, causal=False, softmax_scale=None, **mask):
     """The public call, and the same launch into poisoned buffers."""
     results = {
         "flash_attn_func": flash3.flash_attn_func(q, k, v, softmax_scale=softmax_scale,
-                                                  causal=causal, return_lse=True),
-        "poisoned": run_poisoned(q, k, v, causal, softmax_scale),
+                                                  causal=causal, return_lse=True, **mask),
+        "poisoned": run_poisoned(q, k, v, causal, softmax_scale, **mask),
     }
-    check_against_reference(q, k, v, results, seed, causal, softmax_scale)
+    check_against_reference(q, k, v, results, seed, causal, softmax_scale, **mask)
 
 
 def _cases():
@@ -142,6 +145,45 @@ def test_sharp_softmax(dtype_name, head_dim, seed):
     q, k, v = make_qkv(1, 1000, 1500, 4, 4, head_dim, DTYPES[dtype_name])
     q = q * 4
     check_both_paths(q, k, v, seed, causal=True)
+
+
+# (causal, window_size, softcap): windows on either side and both, the
+# diagonal alone, a window that reproduces causal, softcap with and without
+# masks. With the lengths below, some rows see no key (sq > sk, narrow windows).
+MASKS = [
+    (False, (64, 64), 0.0), (True, (100, -1), 0.0), (True, (0, 0), 0.0), (False, (0, 0), 0.0),
+    (False, (255, 3), 0.0), (False, (-1, 130), 0.0), (False, (-1, -1), 2.0),
+    (True, (-1, -1), 30.0), (True, (200, 0), 5.0), (False, (40, 7), 2.0),
+]
+MASK_LENGTHS = [(2, 300, 555), (1, 799, 113), (2, 1023, 1023), (1, 17, 4096), (1, 4096, 4096)]
+
+
+def _mask_id(mask):
+    causal, (left, right), softcap = mask
+    return f"{'causal' if causal else 'full'}-w{left}_{right}-cap{softcap:g}"
+
+
+@pytest.mark.parametrize("lengths", MASK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("mask", MASKS, ids=_mask_id)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
+    require_built(dtype_name, head_dim)
+    causal, window_size, softcap = mask
+    batch, seqlen_q, seqlen_k = lengths
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
+    check_both_paths(q, k, v, seed, causal=causal, window_size=window_size, softcap=softcap)
+
+
+def test_window_spelled_as_causal_is_causal(seed):
+    # (-1, 0) without causal is the causal mask; the kernel must agree exactly.
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 700, 900, 4, 2, d, dtype)
+    causal = flash3.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    window = flash3.flash_attn_func(q, k, v, window_size=(-1, 0), return_lse=True)
+    assert torch.equal(causal[0], window[0]) and torch.equal(causal[1], window[1])
+    # Bounds past both sequences (2^40 is clamped to int32 for the ABI): full attention.
+    check_both_paths(q, k, v, seed, window_size=(10**6, 2**40))
 
 
 def test_return_forms(seed):
@@ -292,6 +334,12 @@ def test_bad_inputs_name_the_argument():
             flash3.flash_attn_func(*args)
     with pytest.raises(flash3.Flash3InvalidArgument, match=r"softmax_scale.*got -0\.5"):
         flash3.flash_attn_func(q, k, v, softmax_scale=-0.5)
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"window_left must be >= -1.*got -2"):
+        flash3.flash_attn_func(q, k, v, window_size=(-2, 0))
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"window_right must be -1 or 0 with causal"):
+        flash3.flash_attn_func(q, k, v, causal=True, window_size=(8, 8))
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"softcap must be finite and >= 0.*got -1"):
+        flash3.flash_attn_func(q, k, v, softcap=-1.0)
     torch.cuda.synchronize()  # nothing was launched on bad input; the context is healthy
 
 

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import flash3  # noqa: E402
 from flash3 import ops  # noqa: E402
-from flash3.reference import attention_ref, causal_mask  # noqa: E402
+from flash3.reference import attention_ref, causal_mask, visible_mask  # noqa: E402
 
 
 def qkv(batch=2, seqlen_q=5, seqlen_k=7, heads_q=4, heads_kv=2, head_dim=64,
@@ -87,10 +87,12 @@ def test_fake_tensor_mode_gives_shapes_for_noncontiguous_inputs():
 def test_op_schema():
     schema = str(torch.ops.flash3.fwd.default._schema)
     assert schema == ("flash3::fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, "
-                      "bool causal, bool deterministic=False) -> (Tensor, Tensor)"), schema
+                      "bool causal, bool deterministic=False, SymInt window_left=-1, "
+                      "SymInt window_right=-1, float softcap=0.) -> (Tensor, Tensor)"), schema
     schema = str(torch.ops.flash3.bwd.default._schema)
     assert schema == ("flash3::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
-                      "Tensor lse, float? softmax_scale, bool causal, bool deterministic) "
+                      "Tensor lse, float? softmax_scale, bool causal, bool deterministic, "
+                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0.) "
                       "-> (Tensor, Tensor, Tensor)"), schema
 
 
@@ -120,6 +122,45 @@ def test_reference_empty_rows_and_lowp_path():
         assert torch.isfinite(out).all() and torch.isfinite(lse[:, :, 5:]).all()
     out, lse = attention_ref(*qkv(seqlen_k=0))
     assert (out == 0).all() and torch.isneginf(lse).all()
+
+
+def test_visible_mask_brute_force():
+    for seqlen_q, seqlen_k in [(5, 9), (9, 5), (7, 7)]:
+        d = seqlen_k - seqlen_q
+        for causal in (False, True):
+            for left, right in [(-1, -1), (0, 0), (2, -1), (-1, 1), (3, 2), (-1, 0)]:
+                got = visible_mask(seqlen_q, seqlen_k, "cpu", causal, (left, right))
+                for i in range(seqlen_q):
+                    for j in range(seqlen_k):
+                        want = ((not causal or j <= i + d) and (left < 0 or j >= i + d - left)
+                                and (right < 0 or j <= i + d + right))
+                        assert bool(got[i, j]) == want, (seqlen_q, seqlen_k, causal, left, right, i, j)
+    assert torch.equal(visible_mask(6, 8, "cpu", True), causal_mask(6, 8, "cpu"))
+
+
+def test_reference_softcap_and_window():
+    q, k, v = (x.double() for x in qkv(seqlen_q=6, seqlen_k=8))
+    out, lse = attention_ref(q, k, v, softcap=2.0, window_size=(1, 1),
+                             compute_dtype=torch.float64)
+    kk, vv = (x.repeat_interleave(2, dim=2).transpose(1, 2) for x in (k, v))
+    scores = q.transpose(1, 2) @ kk.transpose(-1, -2) / 8.0  # head_dim 64
+    scores = 2.0 * torch.tanh(scores / 2.0)
+    scores = scores.masked_fill(~visible_mask(6, 8, "cpu", window_size=(1, 1)), float("-inf"))
+    want = (torch.softmax(scores, -1) @ vv).transpose(1, 2)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse, torch.logsumexp(scores, -1), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("window_size, pattern", [
+    (5, r"window_size: expected a pair \(left, right\); got 5"),
+    ((1, 2, 3), r"window_size: expected a pair"),
+    ((1.5, 0), r"window_size: expected two ints \(-1: unbounded\); got \(1.5, 0\)"),
+    ((True, 0), r"window_size: expected two ints"),
+])
+def test_window_size_must_be_a_pair_of_ints(window_size, pattern):
+    q, k, v = qkv()
+    with pytest.raises(flash3.Flash3InvalidArgument, match=pattern):
+        flash3.flash_attn_func(q, k, v, window_size=window_size)
 
 
 def test_fast_path_probes_exist():
