@@ -4,7 +4,7 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_det|ablation]...
+# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_det|window|ablation]...
 #        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +34,10 @@ for step in $steps; do
     bench_bwd_det)
       timeout 300 python3 -m flash3.bench --bwd --deterministic --json "$out/bench_bwd_det.json" 2>&1 |
         tee "$out/bench_bwd_det.log" ;;
+    window)  # sliding window (4096, 0) at s = 32k against causal and full, forward and backward
+      { timeout 120 python3 -m flash3.bench --window 4096 --hdims 64,128,256 --json "$out/window.json"
+        timeout 120 python3 -m flash3.bench --window 4096 --hdims 64,128,256 --bwd \
+          --json "$out/window_bwd.json"; } 2>&1 | tee "$out/window.log" ;;
     overhead)  # host time per call: from Python (flash3 and SDPA), then the C/C++ API
       { timeout 120 python3 -m flash3.bench --overhead; timeout 60 build/flash3_host_overhead; } 2>&1 |
         tee "$out/overhead.log" ;;

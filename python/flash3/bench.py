@@ -351,7 +351,7 @@ def measure_window(args):
                      "causal": dict(causal=True), "full": dict(causal=False)}
             ms = {}
             for name, mask in masks.items():
-                fn = lambda mask=mask: flash3.flash_attn_func(q, k, v, **mask)  # noqa: E731
+                fn = lambda mask=mask, q=q, k=k, v=v: flash3.flash_attn_func(q, k, v, **mask)  # noqa: E731
                 ms[name] = time_ms(_backward_call(torch, fn, (q, k, v)) if args.bwd else fn)
             share = min(args.window, s) / s
             vs_full, vs_causal = ms["window"] / (share * ms["full"]), ms["window"] / (share * ms["causal"])

@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // Deterministic banded adds go from high key blocks to low (DQAccumulator::turn).
     int const n_block = abs(params.n_block_flip - int(blockIdx.x));
     BwdTile const tile{n_block, int(blockIdx.y), int(blockIdx.z)};
-    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.window_left,
-                                       params.window_right};
+    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.key_lo,
+                                       params.key_hi};
     int const head_begin = tile.kv_head * params.heads_per_kv_head;
     // Key blocks no query sees (left of every window) still write dK = dV = 0.
     int const m_begin = mask.m_block_begin(tile.n_block);
@@ -88,11 +88,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       for (int head = head_begin; head < head_end; ++head)
         Mainloop::load_q_do(params, smem, tile, head, m_begin, m_end, pipeline_q, pipeline_do, write);
     } else if (Traits::kDQInSmem && warp == int(ProducerWarp::kDQWriter)) {
-      int const steps = (head_end - head_begin) * (m_end - m_begin);
-      int step = 0;
       for (int head = head_begin; head < head_end; ++head)
         DQAccumulator<Traits>::writer(params, smem.dq.data(), tile.batch, head, tile.n_block,
-                                      m_begin, m_end, step, steps);
+                                      m_begin, m_end, head + 1 == head_end);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();

@@ -25,8 +25,8 @@ struct BwdKernelParams {
   int seqlen_k;
   int heads_q;
   int heads_per_kv_head;
-  int window_left;             // banded kernels: resolved window (attention_mask.cuh)
-  int window_right;
+  int key_lo;                  // banded kernels: the band (attention_mask.cuh)
+  int key_hi;
   float softmax_scale;         // dK and dQ are softmax_scale * (dS^T Q, dS K)
   float softcap_input_scale;   // as in FwdKernelParams (0: no softcap)
   float scale_log2;            // logit scale (softmax_scale, or softcap) * log2(e)

@@ -41,8 +41,8 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
-      p.window_left,
-      p.window_right,
+      p.seqlen_k - p.seqlen_q - p.window_left,   // key_lo (unused unless banded)
+      p.seqlen_k - p.seqlen_q + p.window_right,  // key_hi
       p.softmax_scale,
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
       (p.softcap > 0.f ? p.softcap : p.softmax_scale) * float(M_LOG2E),

@@ -143,7 +143,7 @@ struct BwdMainloop {
     Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
     constexpr int kCols = decltype(size<1>(coords))::value;
 
-    Mask const mask{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    Mask const mask{p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
     bool const softcap = p.softcap_input_scale != 0.f;
     for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
       int const stage = read.index();

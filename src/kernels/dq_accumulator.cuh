@@ -65,7 +65,7 @@ struct DQAccumulator {
   CUTE_DEVICE static int turn(Params const& p, int n_block, int m_block) {
     if constexpr (Traits::kBanded) {
       AttentionMask<true, Traits::kBlockM, Traits::kBlockN> const mask{
-          p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+          p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
       return mask.n_block_end(m_block) - 1 - n_block;
     } else {
       return n_block;
@@ -102,12 +102,13 @@ struct DQAccumulator {
   }
 
   // One warp of the producer warpgroup, d <= 128: adds each tile the
-  // consumers hand over, for query blocks [m_begin, m_end) of `head`.
-  // `step` / `steps`: this CTA's query-block count so far / in total.
+  // consumers hand over, for query blocks [m_begin, m_end) of `head`;
+  // `last_head`: the CTA's last head, whose last tile needs no free buffer
+  // after it. (No step counters: the producer's 24 registers are full.)
   CUTE_DEVICE static void writer(Params const& p, float const* smem_tile, int batch, int head,
-                                 int n_block, int m_begin, int m_end, int& step, int steps) {
+                                 int n_block, int m_begin, int m_end, bool last_head) {
     bool const leader = cute::elect_one_sync();
-    for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
+    for (int m_block = m_begin; m_block < m_end; ++m_block) {
       cutlass::arch::NamedBarrier::sync(kWriterThreads, uint32_t(BwdNamedBarrier::kDQFull));
       if (leader) {
         int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
@@ -127,7 +128,7 @@ struct DQAccumulator {
         }
       }
       __syncwarp();
-      if (step + 1 < steps)
+      if (!last_head || m_block + 1 < m_end)
         cutlass::arch::NamedBarrier::arrive(kWriterThreads, uint32_t(BwdNamedBarrier::kDQEmpty));
     }
     if (leader) cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});

@@ -43,16 +43,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  // Heavy causal tiles (the last query blocks) first.
-  FwdTile const tile{int(gridDim.x - 1 - blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
-  typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.window_left,
-                                     params.window_right};
-  int const n_block_begin = mask.n_block_begin(tile.m_block);
-  int const n_block_end = mask.n_block_end(tile.m_block);
-  bool const sees_keys = n_block_begin < n_block_end;
+  // Derived after setmaxnreg in each branch: values live across it are spilled.
+  auto const work = [&] {
+    // Heavy causal tiles (the last query blocks) first.
+    FwdTile const tile{int(gridDim.x - 1 - blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.key_lo,
+                                       params.key_hi};
+    return cute::make_tuple(tile, mask.n_block_begin(tile.m_block), mask.n_block_end(tile.m_block));
+  };
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    auto const [tile, n_block_begin, n_block_end] = work();
+    bool const sees_keys = n_block_begin < n_block_end;
     // Rows that see no key need no loads; the consumers write 0 and -inf.
     if (is_producer_thread && sees_keys) {
       auto write = cutlass::make_producer_start_state<PipelineKV>();
@@ -61,6 +64,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+    auto const [tile, n_block_begin, n_block_end] = work();
+    bool const sees_keys = n_block_begin < n_block_end;
     int const thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
     typename Traits::TiledMmaO mma_o;
     Tensor acc_o = partition_fragment_C(mma_o, select<0, 2>(typename Traits::TileShape{}));

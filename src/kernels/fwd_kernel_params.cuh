@@ -21,8 +21,8 @@ struct FwdKernelParams {
   int seqlen_k;
   int heads_q;
   int heads_per_kv_head;  // heads_q / heads_kv (GQA group size)
-  int window_left;        // banded kernels: resolved window (attention_mask.cuh)
-  int window_right;
+  int key_lo;             // banded kernels: the band (attention_mask.cuh)
+  int key_hi;
   // The scores the softmax sees are raw q.k, or with softcap tanh(q.k *
   // softcap_input_scale) (softcap_input_scale = softmax_scale / softcap; 0 =
   // no softcap); times logit_scale (softmax_scale, or softcap) they are logits.

@@ -39,8 +39,8 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
-      p.window_left,
-      p.window_right,
+      p.seqlen_k - p.seqlen_q - p.window_left,   // key_lo (unused unless banded)
+      p.seqlen_k - p.seqlen_q + p.window_right,  // key_hi
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
       logit_scale,
       logit_scale * float(M_LOG2E),

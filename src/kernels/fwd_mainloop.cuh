@@ -114,10 +114,13 @@ struct FwdMainloop {
     Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
 
     PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
-    Mask const mask{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    Mask const mask{p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
     auto mask_and_softmax = [&](int n_block) {
       if (p.softcap_input_scale != 0.f) apply_softcap(scores, p.softcap_input_scale);
-      if (mask.needs_mask(tile.m_block, n_block)) mask.apply(scores, coords, tile.m_block, n_block);
+      if (mask.needs_right_mask(tile.m_block, n_block))
+        mask.apply_right(scores, coords, tile.m_block, n_block);
+      if (mask.needs_left_mask(tile.m_block, n_block))
+        mask.apply_left(scores, coords, tile.m_block, n_block);
       return softmax.step(scores);
     };
     // Operand waits stay outside the issue turn: a warpgroup holding the turn

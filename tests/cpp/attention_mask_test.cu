@@ -26,8 +26,9 @@ bool pair_sees(int seqlen_q, int seqlen_k, int left, int right, bool banded, int
 
 template <bool kBanded, int kBlockM, int kBlockN>
 void expect_ranges_agree(int seqlen_q, int seqlen_k, int left, int right) {
-  flash3::kernels::AttentionMask<kBanded, kBlockM, kBlockN> const mask{seqlen_q, seqlen_k, left,
-                                                                       right};
+  int const d = seqlen_k - seqlen_q;
+  flash3::kernels::AttentionMask<kBanded, kBlockM, kBlockN> const mask{seqlen_q, seqlen_k,
+                                                                       d - left, d + right};
   int const m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
   int const n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
   for (int m = 0; m < m_blocks; ++m) {

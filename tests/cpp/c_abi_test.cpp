@@ -100,6 +100,7 @@ TEST(CAbi, V1CallerGetsDefaultsForNewerFields) {
   EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(flash3_last_error(), "num_heads_q (4) must be divisible by num_heads_kv (3)");
   t.params.struct_size = kSizeV2;  // now they are read
+  t.params.num_heads_kv = 2;
   EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(flash3_last_error(), "window_left must be >= -1 (-1: unbounded); got -7");
 }

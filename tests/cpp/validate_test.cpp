@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "host/window.hpp"
 #include "test_params.hpp"
 
 namespace flash3::host {
@@ -231,6 +232,20 @@ TEST(Validate, Window) {
   expect_ok(p);
   p.window_right = -1;
   expect_ok(p);
+}
+
+TEST(ResolveWindow, FullBandedAndCausal) {
+  auto same = [](Window a, Window b) { return a.left == b.left && a.right == b.right; };
+  // (causal, left, right, seqlen_q, seqlen_k) -> kernel window
+  EXPECT_TRUE(same(resolve_window(false, -1, -1, 100, 300), {-1, -1}));   // full attention
+  EXPECT_TRUE(same(resolve_window(true, -1, -1, 100, 300), {300, 0}));    // causal
+  EXPECT_TRUE(same(resolve_window(false, -1, 0, 100, 300), {300, 0}));    // causal spelled as a window
+  EXPECT_TRUE(same(resolve_window(true, 50, -1, 100, 300), {50, 0}));
+  EXPECT_TRUE(same(resolve_window(false, 7, -1, 100, 300), {7, 100}));
+  EXPECT_TRUE(same(resolve_window(false, -1, 3, 100, 300), {300, 3}));
+  // Bounds past the sequences are clamped (no overflow in the kernels).
+  EXPECT_TRUE(same(resolve_window(false, std::numeric_limits<int>::max(),
+                                  std::numeric_limits<int>::max(), 100, 300), {300, 100}));
 }
 
 TEST(Validate, Softcap) {

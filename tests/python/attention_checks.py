@@ -51,6 +51,21 @@ def assert_rule(name, got, ref, lowp, seed):
         f"{2 * base + 1e-5:.3e} {_where(seed)}")
 
 
+# (causal, window_size, softcap) for the window and softcap tests: windows on
+# either side and both, the diagonal alone, softcap with and without masks.
+# With the tests' lengths, some rows see no key (sq > sk, narrow windows).
+MASKS = [
+    (False, (64, 64), 0.0), (True, (100, -1), 0.0), (True, (0, 0), 0.0), (False, (0, 0), 0.0),
+    (False, (255, 3), 0.0), (False, (-1, 130), 0.0), (False, (-1, -1), 2.0),
+    (True, (-1, -1), 30.0), (True, (200, 0), 5.0), (False, (40, 7), 2.0),
+]
+
+
+def mask_id(mask):
+    causal, (left, right), softcap = mask
+    return f"{'causal' if causal else 'full'}-w{left}_{right}-cap{softcap:g}"
+
+
 def _any_built():
     dtypes, head_dims, _ = _built()
     dtype_name = "bf16" if "bf16" in dtypes else sorted(dtypes)[0]

@@ -22,7 +22,7 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, _any_built, _where, assert_rule, make_qkv, require_built)
+    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -161,22 +161,11 @@ def test_deterministic_large_20_runs(causal, seed):
     assert all(g.isfinite().all() for g in grads)
 
 
-# (causal, window_size, softcap), as in the forward's test_window_and_softcap.
-MASKS = [
-    (False, (64, 64), 0.0), (True, (100, -1), 0.0), (False, (0, 0), 0.0), (False, (255, 3), 0.0),
-    (False, (-1, 130), 0.0), (False, (-1, -1), 2.0), (True, (-1, -1), 30.0), (True, (200, 0), 5.0),
-    (False, (40, 7), 2.0),
-]
 MASK_LENGTHS = [(1, 113, 255), (2, 255, 113), (2, 799, 799), (1, 1023, 2049)]
 
 
-def _mask_id(mask):
-    causal, (left, right), softcap = mask
-    return f"{'causal' if causal else 'full'}-w{left}_{right}-cap{softcap:g}"
-
-
 @pytest.mark.parametrize("lengths", MASK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
-@pytest.mark.parametrize("mask", MASKS, ids=_mask_id)
+@pytest.mark.parametrize("mask", MASKS, ids=mask_id)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):

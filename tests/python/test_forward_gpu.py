@@ -23,7 +23,7 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, _any_built, _where, assert_rule, make_qkv, require_built)
+    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -147,24 +147,11 @@ def test_sharp_softmax(dtype_name, head_dim, seed):
     check_both_paths(q, k, v, seed, causal=True)
 
 
-# (causal, window_size, softcap): windows on either side and both, the
-# diagonal alone, a window that reproduces causal, softcap with and without
-# masks. With the lengths below, some rows see no key (sq > sk, narrow windows).
-MASKS = [
-    (False, (64, 64), 0.0), (True, (100, -1), 0.0), (True, (0, 0), 0.0), (False, (0, 0), 0.0),
-    (False, (255, 3), 0.0), (False, (-1, 130), 0.0), (False, (-1, -1), 2.0),
-    (True, (-1, -1), 30.0), (True, (200, 0), 5.0), (False, (40, 7), 2.0),
-]
 MASK_LENGTHS = [(2, 300, 555), (1, 799, 113), (2, 1023, 1023), (1, 17, 4096), (1, 4096, 4096)]
 
 
-def _mask_id(mask):
-    causal, (left, right), softcap = mask
-    return f"{'causal' if causal else 'full'}-w{left}_{right}-cap{softcap:g}"
-
-
 @pytest.mark.parametrize("lengths", MASK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
-@pytest.mark.parametrize("mask", MASKS, ids=_mask_id)
+@pytest.mark.parametrize("mask", MASKS, ids=mask_id)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
