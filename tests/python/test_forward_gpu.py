@@ -68,7 +68,8 @@ def run_poisoned(q, k, v, causal=False, softmax_scale=None, with_lse=True, windo
     b, sq, hq, d = q.shape
     out = torch.full((b, sq, hq, d), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device=q.device)
-    ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal, *window_size,
+    ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal,
+                *ops._abi_window(window_size),
                 softcap)
     return out, lse
 
