@@ -50,9 +50,12 @@ struct BwdTraits {
   static constexpr int kNumThreads = kNumConsumerThreads + cutlass::NumThreadsPerWarpGroup;
   // The launch gives every thread 168 registers (64512 for 384 threads);
   // setmaxnreg only moves them between warpgroups: 24 + 2 x 240 = 3 x 168.
-  // The producer's loops (loads, dQ writer) fit in 24 when not unrolled.
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  // The producer's loops (loads, dQ writer) fit in 24 when not unrolled,
+  // except d = 64 banded, whose loops also keep the band's query-block range
+  // (ptxas: 12 bytes spilled at 24, none at 32). d = 64 consumers hold half
+  // of d = 128's dK / dV accumulators: no spills at 232 (32 + 2 x 232 <= 3 x 168).
+  static constexpr int kProducerRegisters = kHeadDim == 64 ? 32 : 24;
+  static constexpr int kConsumerRegisters = kHeadDim == 64 ? 232 : 240;
 
   // S^T / dP^T: split over keys when there are 64 per warpgroup, else over queries.
   static constexpr int kSdPWarpgroupsM = kBlockN / 64;
