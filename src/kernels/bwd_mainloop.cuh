@@ -181,13 +181,14 @@ struct BwdMainloop {
       warpgroup_wait<0>();
       // dS = P (dP - D), and with softcap times d tanh = 1 - t^2 of the capped
       // score t, which must still be in `scores`: the exps wait for dP then.
-      // Masked scores (t = -inf) have P = 0 and no gradient.
-      CUTE_UNROLL
-      for (int j = 0; j < kCols; ++j) {
-        int const col = get<1>(coords(0, j));
-        float const dpsum_j = dpsum[col];
-        if (softcap) {
-          float const lse_j = lse[col];
+      // Masked scores (t = -inf) have P = 0 and no gradient. One branch around
+      // each loop: tested per column, it split the loop into blocks the
+      // scheduler could not interleave (measured: backward 7-15 % slower).
+      if (softcap) {
+        CUTE_UNROLL
+        for (int j = 0; j < kCols; ++j) {
+          int const col = get<1>(coords(0, j));
+          float const lse_j = lse[col], dpsum_j = dpsum[col];
           CUTE_UNROLL
           for (int i = 0; i < size<0>(dp); ++i) {
             float const t = scores(i, j);
@@ -195,7 +196,11 @@ struct BwdMainloop {
             scores(i, j) = prob;
             dp(i, j) = prob > 0.f ? prob * (dp(i, j) - dpsum_j) * fmaf(-t, t, 1.f) : 0.f;
           }
-        } else {
+        }
+      } else {
+        CUTE_UNROLL
+        for (int j = 0; j < kCols; ++j) {
+          float const dpsum_j = dpsum[get<1>(coords(0, j))];
           CUTE_UNROLL
           for (int i = 0; i < size<0>(dp); ++i) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
         }
