@@ -45,11 +45,16 @@ struct ForwardParams {
   int window_left = -1;
   int window_right = -1;
   float softcap = 0.f;  // > 0: scores s = softmax_scale * q.k become softcap * tanh(s / softcap)
+  // Optional learnable sinks (gpt-oss): (heads_q) fp32 device memory, one
+  // logit per query head that joins every row's softmax denominator as a
+  // score with a zero value vector: out = sum_j exp(s_j) v_j / (sum_j
+  // exp(s_j) + exp(sink)). lse includes the sink.
+  const float* sinks = nullptr;
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message
 // is in last_error(). batch == 0 or seqlen_q == 0 is a no-op; seqlen_k == 0
-// writes out = 0 and lse = -inf (rows that see no key).
+// writes out = 0 and lse = -inf (the sink's logit with sinks: rows that see no key).
 Status forward(const ForwardParams& params, cudaStream_t stream);
 
 struct BackwardParams {
@@ -74,6 +79,10 @@ struct BackwardParams {
   int window_left = -1;   // as in ForwardParams; must match the forward's
   int window_right = -1;
   float softcap = 0.f;
+  const float* sinks = nullptr;  // the forward's sinks, if it had them
+  // Optional (heads_q) fp32: d loss / d sinks, written (not accumulated);
+  // needs sinks. Always bitwise reproducible.
+  float* dsinks = nullptr;
   bool deterministic = false;  // bitwise-reproducible dq (key blocks add in a fixed order)
   void* workspace = nullptr;   // device memory of at least backward_workspace_size() bytes
   size_t workspace_bytes = 0;
@@ -83,7 +92,7 @@ struct BackwardParams {
 // seqlen_q, heads_q, head_dim); 0 when nothing is needed or the sizes are invalid.
 size_t backward_workspace_size(const BackwardParams& params);
 
-// Gradients dq, dk, dv of attention on `stream`; same rules as forward().
+// Gradients dq, dk, dv (and dsinks) of attention on `stream`; same rules as forward().
 // Asynchronous, no host synchronization, no allocation (the caller passes the
 // workspace), so it can be captured in a CUDA graph. With GQA, dk and dv are
 // summed over the query heads that share a KV head.

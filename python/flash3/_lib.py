@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -99,6 +99,7 @@ class FwdParams(ctypes.Structure):
         ("window_left", ctypes.c_int32),
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
+        ("sinks", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):
@@ -136,6 +137,8 @@ class BwdParams(ctypes.Structure):
         ("window_left", ctypes.c_int32),
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
+        ("sinks", ctypes.c_void_p),
+        ("dsinks", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):
@@ -146,15 +149,15 @@ class BwdParams(ctypes.Structure):
 # The hot path fills FwdParams with one struct.pack_into call instead of ~30
 # ctypes attribute stores (each a few hundred ns; nested-struct access also
 # allocates a proxy object). Layout: struct_size, then q, k, v, out as
-# (pointer, 4 x int64), then the lse pointer, then the scalars. Native
+# (pointer, 4 x int64), then the lse pointer, the scalars and the sinks pointer. Native
 # alignment ('@') reproduces the C layout; checked against FwdParams below.
 # v1_padding is a pad ('4x'), not a value.
-_FWD_PACKER = struct.Struct("@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i" + "4x" + "2i" + "f")
+_FWD_PACKER = struct.Struct("@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i" + "4x" + "2i" + "f" + "P")
 
 
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
-    last = FwdParams.softcap
+    last = FwdParams.sinks
     if _FWD_PACKER.size != last.offset + last.size:
         raise ImportError(
             f"flash3: internal layout mismatch: packer {_FWD_PACKER.size} bytes, "
@@ -319,7 +322,7 @@ class FwdLauncher:
     def __call__(self, stream, fields):
         """`fields`: the values of FwdParams after struct_size, in order, with
         each tensor flattened to (data, stride0, stride1, stride2, stride3)
-        and lse as an address (0 for NULL)."""
+        and lse and sinks as addresses (0 for NULL)."""
         params, address = self._params()
         try:
             _FWD_PACKER.pack_into(params, 0, self._size, *fields)

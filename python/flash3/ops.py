@@ -72,6 +72,28 @@ def _check_inputs(q, k, v, need_cuda):
         raise _invalid(f"v: shape must equal k's {tuple(k.shape)}; got {tuple(v.shape)}")
 
 
+def _check_sinks(sinks, q):
+    """The ABI takes sinks as a bare (heads_q,) fp32 pointer."""
+    if sinks is None:
+        return
+    heads_q = q.shape[2]
+    if (sinks.shape != (heads_q,) or sinks.dtype != _FLOAT32
+            or (sinks.numel() and sinks.stride() != (1,))):
+        raise _invalid(
+            f"sinks: expected a contiguous float32 tensor of shape ({heads_q},) (one logit per "
+            f"query head); got {sinks.dtype} {tuple(sinks.shape)} with strides {sinks.stride()}")
+    if sinks.device != q.device:
+        raise _invalid(f"sinks: must be on q's device ({q.device}); got {sinks.device}")
+
+
+def _sinks_as_fp32(sinks):
+    # Learnable sinks are often kept in the model's dtype; the kernels read
+    # fp32, and autograd casts the gradient back through this conversion.
+    if sinks is None or not isinstance(sinks, torch.Tensor):
+        return sinks
+    return sinks.to(_FLOAT32).contiguous()
+
+
 def _abi_scale(softmax_scale):
     # The ABI reserves 0 for "default"; an explicit 0 would silently change meaning.
     if softmax_scale is None:
@@ -113,7 +135,7 @@ _launcher = None
 
 
 def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_right=-1,
-            softcap=0.0):
+            softcap=0.0, sinks=None):
     """flash3_fwd into caller-provided out/lse (lse may be None), on the
     current stream of q's device. The op below uses it; tests call it
     directly with NaN-poisoned buffers."""
@@ -133,6 +155,7 @@ def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_rig
         _ABI_DTYPE[q.dtype], batch, seqlen_q, seqlen_k, num_heads_q, num_heads_kv, head_dim,
         _abi_scale(softmax_scale), 1 if causal else 0,
         window_left, window_right, float(softcap),
+        0 if sinks is None else sinks.data_ptr(),
     )
     # The library launches on the current device; the stream must belong to it.
     if device == _current_device():
@@ -142,18 +165,20 @@ def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_rig
             _launcher(_raw_stream(device), fields)
 
 
-def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, want_lse=True):
+def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks=None,
+             want_lse=True):
     """The eager implementation: check, allocate out (and lse unless
     want_lse is false: then lse is None and the kernel skips it), launch."""
     if not _inputs_ok(q, k, v):
         _check_inputs(q, k, v, need_cuda=True)  # raises with the precise message
+    _check_sinks(sinks, q)
     # empty_like and new_empty parse fewer arguments than torch.empty (~3 us less).
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
     lse = None
     if want_lse:
         batch, seqlen_q, num_heads_q, _ = q.shape
         lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
-    _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap)
+    _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, sinks)
     return out, lse
 
 
@@ -168,17 +193,20 @@ def fwd(
     window_left: int = -1,
     window_right: int = -1,
     softcap: float = 0.0,
+    sinks: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention forward. q (b, sq, hq, d); k, v (b, sk, hkv, d).
-    Returns out (b, sq, hq, d) contiguous in q's dtype and lse (b, hq, sq) fp32.
-    `deterministic` only affects the backward (bitwise-reproducible dq)."""
-    return _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    """Attention forward. q (b, sq, hq, d); k, v (b, sk, hkv, d); sinks
+    (hq,) fp32 or None. Returns out (b, sq, hq, d) contiguous in q's dtype
+    and lse (b, hq, sq) fp32. `deterministic` only affects the backward
+    (bitwise-reproducible dq)."""
+    return _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks)
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-1,
-              window_right=-1, softcap=0.0):
+              window_right=-1, softcap=0.0, sinks=None):
     _check_inputs(q, k, v, need_cuda=False)
+    _check_sinks(sinks, q)
     _abi_scale(softmax_scale)
     batch, seqlen_q, num_heads_q, _ = q.shape
     out = q.new_empty(q.shape)
@@ -212,24 +240,33 @@ def _check_bwd_inputs(dout, q, out, lse):
         raise _invalid(f"lse: must be on q's device ({q.device}); got {lse.device}")
 
 
+def _empty_dsinks(q, sinks):
+    # (hq,) fp32 with sinks, else an empty placeholder (an op returns a fixed number of tensors).
+    return q.new_empty((0,) if sinks is None else sinks.shape, dtype=_FLOAT32)
+
+
 def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-              window_right, softcap):
-    """The eager implementation of flash3::bwd: allocate dq, dk, dv and the
-    workspace, launch flash3_bwd on the current stream."""
+              window_right, softcap, sinks):
+    """The eager implementation of flash3::bwd: allocate dq, dk, dv (and
+    dsinks) and the workspace, launch flash3_bwd on the current stream."""
     _check_inputs(q, k, v, need_cuda=True)
     _check_bwd_inputs(dout, q, out, lse)
+    _check_sinks(sinks, q)
     batch, seqlen_q, num_heads_q, head_dim = q.shape
     _, seqlen_k, num_heads_kv, _ = k.shape
     dout = _dense(dout)
     dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
     dk = torch.empty_like(k, memory_format=_CONTIGUOUS)
     dv = torch.empty_like(v, memory_format=_CONTIGUOUS)
+    dsinks = _empty_dsinks(q, sinks)
     params = _lib.BwdParams(
         dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
         softmax_scale=_abi_scale(softmax_scale), causal=1 if causal else 0,
         deterministic=1 if deterministic else 0, lse=lse.data_ptr(),
-        window_left=window_left, window_right=window_right, softcap=float(softcap))
+        window_left=window_left, window_right=window_right, softcap=float(softcap),
+        sinks=None if sinks is None else sinks.data_ptr(),
+        dsinks=None if sinks is None else dsinks.data_ptr())
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
                     ("dq", dq), ("dk", dk), ("dv", dv)):
         field = getattr(params, name)
@@ -241,7 +278,7 @@ def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, win
     device = q.get_device()
     with torch.cuda.device(device):
         _lib.bwd(params, _raw_stream(device))
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 @torch.library.custom_op("flash3::bwd", mutates_args=())
@@ -258,27 +295,31 @@ def bwd(
     window_left: int = -1,
     window_right: int = -1,
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention backward: (dq, dk, dv) for the forward that gave out, lse.
-    With GQA, dk and dv are summed over the query heads of each KV head."""
+    sinks: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention backward: (dq, dk, dv, dsinks) for the forward that gave
+    out, lse. With GQA, dk and dv are summed over the query heads of each KV
+    head. dsinks: (hq,) fp32 with sinks, else an empty tensor."""
     return _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-                     window_right, softcap)
+                     window_right, softcap, sinks)
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left=-1,
-              window_right=-1, softcap=0.0):
+              window_right=-1, softcap=0.0, sinks=None):
     _check_inputs(q, k, v, need_cuda=False)
     _check_bwd_inputs(dout, q, out, lse)
+    _check_sinks(sinks, q)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
             torch.empty_like(k, memory_format=_CONTIGUOUS),
-            torch.empty_like(v, memory_format=_CONTIGUOUS))
+            torch.empty_like(v, memory_format=_CONTIGUOUS),
+            _empty_dsinks(q, sinks))
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap = inputs
+    q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap, sinks = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, sinks)
     ctx.softmax_scale = softmax_scale
     ctx.causal = causal
     ctx.deterministic = deterministic
@@ -289,10 +330,11 @@ def _fwd_setup_context(ctx, inputs, output):
 
 
 def _fwd_backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flash3.bwd.default(
-        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask)
-    return dq, dk, dv, None, None, None, None, None, None
+    q, k, v, out, lse, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = torch.ops.flash3.bwd.default(
+        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask,
+        sinks)
+    return dq, dk, dv, None, None, None, None, None, None, None if sinks is None else dsinks
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
@@ -342,8 +384,14 @@ def _can_skip_dispatcher(q, k, v):
     )
 
 
+def _plain_constant(t):
+    """For an extra input of _can_skip_dispatcher's call: a plain tensor that
+    needs no gradient (the inputs' other conditions cover the rest)."""
+    return type(t) is _Tensor and not (torch.is_grad_enabled() and t.requires_grad)
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
-                    deterministic=False, window_size=(-1, -1), softcap=0.0):
+                    deterministic=False, window_size=(-1, -1), softcap=0.0, sinks=None):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv,
@@ -359,18 +407,24 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     window are skipped, not masked.
     softcap: > 0 replaces the scores s = scale * q.k by softcap * tanh(s /
     softcap) (Gemma 2, Grok), with its gradient.
+    sinks: optional learnable attention sinks (gpt-oss), a (heads_q,) tensor
+    of logits (any float dtype; computed in fp32), one per query head, that
+    join every row's softmax denominator: out_i = sum_j exp(s_ij) v_j /
+    (sum_j exp(s_ij) + exp(sinks[h])). lse includes them; differentiable.
     Returns out (contiguous, q's dtype), or (out, lse) with lse (batch,
     heads_q, seqlen_q) fp32 natural log when return_lse is true.
-    Differentiable in q, k, v (lse is not); deterministic=True makes the
-    backward bitwise reproducible (dq accumulates in a fixed order).
+    Differentiable in q, k, v and sinks (lse is not); deterministic=True
+    makes the backward bitwise reproducible (dq accumulates in a fixed
+    order; the sinks' gradient always is).
     """
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
     softcap = float(softcap)
-    if _can_skip_dispatcher(q, k, v):
+    sinks = _sinks_as_fp32(sinks)
+    if _can_skip_dispatcher(q, k, v) and (sinks is None or _plain_constant(sinks)):
         # No autograd here (_can_skip_dispatcher), so the LSE is needed only if returned.
         out, lse = _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
-                            want_lse=return_lse)
+                            sinks, want_lse=return_lse)
     else:
         out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic), window_left,
-                           window_right, softcap)
+                           window_right, softcap, sinks)
     return (out, lse) if return_lse else out

@@ -61,10 +61,13 @@ def _repeat_kv(x, num_heads_q):
 
 
 def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
-                  compute_dtype=torch.float32, window_size=(-1, -1), softcap=0.0):
+                  compute_dtype=torch.float32, window_size=(-1, -1), softcap=0.0, sinks=None):
     """Reference attention. Returns (out, lse).
     Scores s = softmax_scale * q.k; softcap > 0 replaces them by softcap *
     tanh(s / softcap); then causal and window_size mask them (visible_mask).
+    sinks: optional (hq,) logits, one per query head, that join every row's
+    softmax as one more score with a zero value vector (gpt-oss): the lse
+    includes them, the output is the attention over the keys alone.
 
     q: (b, sq, hq, d); k, v: (b, sk, hkv, d) with hq % hkv == 0.
     upcast=True: computed in `compute_dtype` (float32, or float64 where
@@ -74,7 +77,8 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
     calibrate the rounding error a correct kernel may have (DESIGN.md 3);
     out in the input dtype, lse converted to float32 from the low-precision
     logsumexp.
-    Rows that see no key (causal with sq > sk, a window, or sk == 0): out 0, lse -inf.
+    Rows that see no key (causal with sq > sk, a window, or sk == 0): out 0,
+    lse -inf (the sink's logit with sinks).
     """
     batch, seqlen_q, num_heads_q, head_dim = q.shape
     seqlen_k = k.shape[1]
@@ -93,16 +97,24 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
         if causal or tuple(window_size) != (-1, -1):
             visible = visible_mask(seqlen_q, seqlen_k, q.device, causal, window_size)
             scores = scores.masked_fill(~visible, float("-inf"))
-        # logsumexp of an all -inf row is -inf, which is the LSE we want there.
-        lse = torch.logsumexp(scores, dim=-1)
-        row_empty = torch.isneginf(lse).unsqueeze(-1)
+        if sinks is not None:
+            sink_column = sinks.to(dtype).view(1, num_heads_q, 1, 1)
+            scores = torch.cat([scores, sink_column.expand(batch, -1, seqlen_q, 1)], dim=-1)
+        # A row with every score -inf (no key, no sink) has lse -inf and P = 0.
+        # Its logsumexp and softmax are computed on zeros instead: on the -inf
+        # row itself their gradient is NaN, and 0 * NaN would reach the inputs
+        # (a -inf sink's gradient, which is 0).
+        row_empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+        finite_scores = scores.masked_fill(row_empty, 0.0)
+        lse = torch.logsumexp(finite_scores, dim=-1).masked_fill(row_empty.squeeze(-1), -math.inf)
         if upcast:
-            # exp(s - lse) with the lse of empty rows replaced by 0 gives
-            # exp(-inf) = 0 there instead of exp(nan).
-            probs = torch.exp(scores - lse.unsqueeze(-1).masked_fill(row_empty, 0.0))
+            probs = torch.exp(finite_scores - lse.unsqueeze(-1).masked_fill(row_empty, 0.0))
         else:
-            # What a plain program writes; softmax of an all -inf row is NaN.
-            probs = torch.softmax(scores, dim=-1).masked_fill(row_empty, 0.0)
+            # What a plain program writes (softmax of the low-precision scores).
+            probs = torch.softmax(finite_scores, dim=-1)
+        probs = probs.masked_fill(row_empty, 0.0)
+        if sinks is not None:
+            probs = probs[..., :seqlen_k]
         out = torch.matmul(probs, vh)
     out = out.transpose(1, 2).contiguous()
     return out, (lse if upcast else lse.float())

@@ -17,14 +17,18 @@ using flash3::host::CheckResult;
 // its size.
 constexpr uint64_t kFwdParamsSizeV1 = 216;
 constexpr uint64_t kFwdParamsSizeV2 = 232;
+constexpr uint64_t kFwdParamsSizeV3 = 240;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
-static_assert(FLASH3_ABI_VERSION != 2 || sizeof(flash3_fwd_params) == kFwdParamsSizeV2,
+static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
+static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_fwd_params) == kFwdParamsSizeV3,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
 constexpr uint64_t kBwdParamsSizeV2 = 408;
+constexpr uint64_t kBwdParamsSizeV3 = 424;
 static_assert(offsetof(flash3_bwd_params, window_left) == kBwdParamsSizeV1);
-static_assert(FLASH3_ABI_VERSION != 2 || sizeof(flash3_bwd_params) == kBwdParamsSizeV2,
+static_assert(offsetof(flash3_bwd_params, sinks) == kBwdParamsSizeV2);
+static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_bwd_params) == kBwdParamsSizeV3,
               "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
@@ -66,6 +70,7 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.window_left = p.window_left;
   out.window_right = p.window_right;
   out.softcap = p.softcap;
+  out.sinks = p.sinks;
   return out;
 }
 
@@ -95,6 +100,8 @@ flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
   out.window_left = p.window_left;
   out.window_right = p.window_right;
   out.softcap = p.softcap;
+  out.sinks = p.sinks;
+  out.dsinks = p.dsinks;
   return out;
 }
 

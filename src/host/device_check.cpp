@@ -108,7 +108,8 @@ CheckResult check_device_pointers(const ForwardParams& p, int device) {
                               {"k", p.k.data, has_keys},
                               {"v", p.v.data, has_keys},
                               {"out", p.out.data, true},
-                              {"lse", p.lse, p.lse != nullptr}},
+                              {"lse", p.lse, p.lse != nullptr},
+                              {"sinks", p.sinks, p.sinks != nullptr}},
                              device);
 }
 
@@ -125,7 +126,9 @@ CheckResult check_device_pointers(const BackwardParams& p, int device) {
                               {"workspace", p.workspace, both},
                               {"dq", p.dq.data, has_queries},
                               {"dk", p.dk.data, has_keys},
-                              {"dv", p.dv.data, has_keys}},
+                              {"dv", p.dv.data, has_keys},
+                              {"sinks", p.sinks, both && p.dsinks != nullptr},
+                              {"dsinks", p.dsinks, p.dsinks != nullptr}},
                              device);
 }
 

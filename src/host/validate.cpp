@@ -97,6 +97,13 @@ CheckResult check_mask(const ForwardParams& p) {
   return {};
 }
 
+// An optional fp32 array: NULL, or aligned for float loads.
+CheckResult check_fp32_pointer(const char* name, const float* pointer) {
+  if (reinterpret_cast<uintptr_t>(pointer) % alignof(float) == 0) return {};
+  return invalid(cat(name, ": pointer must be ", alignof(float), "-byte aligned; got ",
+                     static_cast<const void*>(pointer)));
+}
+
 std::string supported_head_dims() {
   std::string out;
   for (int h : kSupportedHeadDims) out += (out.empty() ? "" : ", ") + std::to_string(h);
@@ -229,9 +236,8 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
     if (!t.used) continue;
     if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
   }
-  if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % alignof(float) != 0)
-    return invalid(cat("lse: pointer must be ", alignof(float), "-byte aligned; got ",
-                       static_cast<const void*>(p.lse)));
+  for (CheckResult r : {check_fp32_pointer("lse", p.lse), check_fp32_pointer("sinks", p.sinks)})
+    if (!r.ok()) return r;
   return {};
 }
 
@@ -254,6 +260,7 @@ ForwardParams forward_view(const BackwardParams& p) {
   f.window_left = p.window_left;
   f.window_right = p.window_right;
   f.softcap = p.softcap;
+  f.sinks = p.sinks;
   return f;
 }
 
@@ -271,6 +278,9 @@ CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built)
     if (!t.used) continue;
     if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
   }
+  if (p.dsinks != nullptr && p.sinks == nullptr)
+    return invalid("dsinks: the gradient of the sinks needs the forward's sinks; got sinks = NULL");
+  if (CheckResult r = check_fp32_pointer("dsinks", p.dsinks); !r.ok()) return r;
   // Only a problem with queries and keys reads lse and needs the workspace.
   if (!q_used || !kv_used) return {};
   if (p.lse == nullptr)

@@ -25,7 +25,8 @@ struct FwdEpilogue {
     constexpr int kRows = Softmax::kNumRows;
     float lse[kRows];
     Tensor o = as_rowcol(acc_o);
-    scale_rows(o, softmax.finalize(p.logit_scale, lse));
+    float const sink = p.sinks == nullptr ? -INFINITY : p.sinks[tile.head];
+    scale_rows(o, softmax.finalize(p.logit_scale, sink, lse));
     Tensor out_frag = make_tensor<Element>(acc_o.layout());
     convert_fragment(acc_o, out_frag);
     Tensor out_rc = as_rowcol(out_frag);

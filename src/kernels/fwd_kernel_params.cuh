@@ -29,6 +29,7 @@ struct FwdKernelParams {
   float softcap_input_scale;
   float logit_scale;
   float scale_log2;       // logit_scale * log2(e)
+  float const* sinks;     // (heads_q) logits joining each row's denominator, or null
 };
 
 }  // namespace flash3::kernels

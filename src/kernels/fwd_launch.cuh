@@ -44,6 +44,7 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
       logit_scale,
       logit_scale * float(M_LOG2E),
+      p.sinks,
   };
   auto kernel = fwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(SharedStorage));

@@ -17,7 +17,7 @@ namespace flash3::kernels {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const ForwardParams& params, cudaStream_t stream);
 
-// seqlen_k == 0: out = 0, lse = -inf (rows that see no key).
+// seqlen_k == 0: out = 0, lse = -inf or the sink (rows that see no key).
 cudaError_t run_fwd_empty_keys(const ForwardParams& params, cudaStream_t stream);
 
 }  // namespace flash3::kernels

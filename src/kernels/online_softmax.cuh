@@ -71,16 +71,28 @@ struct OnlineSoftmax {
     return o_scale;
   }
 
-  // Returns per row the factor that normalizes O (0 for rows that saw no key)
-  // and writes the natural-log LSE (-inf for those rows).
-  CUTE_DEVICE cute::array<float, kRows> finalize(float logit_scale, float (&lse)[kRows]) {
+  // Returns per row the factor that normalizes O and writes the natural-log
+  // LSE. `sink`: a logit joining the denominator with a zero value vector
+  // (-inf: none). The sum is held relative to the row max; the sink is added
+  // relative to the larger of the two, so a large sink cannot overflow. Rows
+  // that saw no key get factor 0 and LSE -inf (the sink with one).
+  CUTE_DEVICE cute::array<float, kRows> finalize(float logit_scale, float sink,
+                                                 float (&lse)[kRows]) {
     cute::array<float, kRows> o_scale;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       float const sum = quad_allreduce_sum(row_sum[i]);
-      bool const empty = sum == 0.f;
-      o_scale[i] = empty ? 0.f : 1.f / sum;
-      lse[i] = empty ? -INFINITY : row_max[i] * logit_scale + __logf(sum);
+      float const max_logit = row_max[i] * logit_scale;  // -inf for rows that saw no key
+      float const top = fmaxf(max_logit, sink);
+      if (top == -INFINITY) {
+        o_scale[i] = 0.f;
+        lse[i] = -INFINITY;
+      } else {
+        float const keys_weight = __expf(max_logit - top);  // 1 without a sink above the max
+        float const total = sum * keys_weight + __expf(sink - top);
+        o_scale[i] = keys_weight / total;
+        lse[i] = top + __logf(total);
+      }
     }
     return o_scale;
   }

@@ -18,6 +18,7 @@ namespace {
 
 constexpr uint64_t kSizeV1 = 216;  // sizeof(flash3_fwd_params) in ABI v1
 constexpr uint64_t kSizeV2 = 232;  // ... in ABI v2 (window_left, window_right, softcap)
+constexpr uint64_t kSizeV3 = 240;  // ... in ABI v3 (sinks)
 // A (dtype, head dim) this build has, from CMake.
 constexpr int kDType = FLASH3_TEST_DTYPE;
 constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
@@ -85,7 +86,8 @@ TEST(CAbi, ParamsInitSetsDefaults) {
 
 TEST(CAbi, StructSizesAreFrozen) {
   EXPECT_EQ(offsetof(flash3_fwd_params, window_left), kSizeV1);
-  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV2);
+  EXPECT_EQ(offsetof(flash3_fwd_params, sinks), kSizeV2);
+  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV3);
 }
 
 // A caller compiled against the v1 header passes 216 bytes: the library must
@@ -103,6 +105,19 @@ TEST(CAbi, V1CallerGetsDefaultsForNewerFields) {
   t.params.num_heads_kv = 2;
   EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(flash3_last_error(), "window_left must be >= -1 (-1: unbounded); got -7");
+}
+
+// Likewise for a v2 caller and the v3 field.
+TEST(CAbi, V2CallerGetsDefaultsForNewerFields) {
+  HostTensors t;
+  t.params.struct_size = kSizeV2;
+  t.params.sinks = reinterpret_cast<const float*>(uintptr_t{2});  // past the caller's struct
+  flash3_fwd(&t.params, nullptr);  // fails later on (no GPU here, or host buffers), not on sinks
+  EXPECT_EQ(std::string(flash3_last_error()).find("sinks"), std::string::npos)
+      << flash3_last_error();
+  t.params.struct_size = kSizeV3;
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "sinks: pointer must be 4-byte aligned; got 0x2");
 }
 
 TEST(CAbi, NullParams) {
@@ -148,8 +163,8 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   p.future_field = 1;
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
-               "params->struct_size: 240 bytes, with fields set beyond the 232 bytes this library "
-               "knows (ABI v2); upgrade flash3 or leave the newer fields zero");
+               "params->struct_size: 248 bytes, with fields set beyond the 240 bytes this library "
+               "knows (ABI v3); upgrade flash3 or leave the newer fields zero");
 }
 
 TEST(CAbi, ValidationMessagesComeThrough) {
@@ -204,7 +219,7 @@ TEST(CAbi, LastErrorIsPerThread) {
 TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_version(), "0.1.0");
   EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
-  EXPECT_EQ(flash3_abi_version(), 2);
+  EXPECT_EQ(flash3_abi_version(), 3);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16))* "
@@ -254,7 +269,8 @@ TEST(CppApi, ForwardAndLastError) {
 
 TEST(CAbiBackward, ParamsInitAndFrozenSize) {
   EXPECT_EQ(offsetof(flash3_bwd_params, window_left), 392u);  // the v1 size
-  EXPECT_EQ(sizeof(flash3_bwd_params), 408u);
+  EXPECT_EQ(offsetof(flash3_bwd_params, sinks), 408u);        // the v2 size
+  EXPECT_EQ(sizeof(flash3_bwd_params), 424u);
   flash3_bwd_params p;
   std::memset(&p, 0xAB, sizeof(p));
   flash3_bwd_params_init(&p);

@@ -317,6 +317,14 @@ TEST(Validate, LseMustBeFloatAligned) {
   expect_error(p, Status::kInvalidArgument, "lse: pointer must be 4-byte aligned; got 0x500002");
 }
 
+TEST(Validate, SinksMustBeFloatAligned) {
+  ForwardParams p = valid_params();
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x500001});
+  expect_error(p, Status::kInvalidArgument, "sinks: pointer must be 4-byte aligned; got 0x500001");
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x500004});
+  expect_ok(p);
+}
+
 // Zero-sized inputs are defined: tensors with no elements are not accessed,
 // so null pointers (as torch gives for empty tensors) are fine there.
 TEST(Validate, ZeroBatchNeedsNoPointers) {

@@ -1,6 +1,7 @@
 """Helpers the GPU numerics tests share: built-configuration queries, random
 inputs, and the DESIGN.md 3 tolerance rule. The `seed` fixture is in conftest.py."""
 
+import math
 import re
 
 import pytest
@@ -59,6 +60,18 @@ MASKS = [
     (False, (255, 3), 0.0), (False, (-1, 130), 0.0), (False, (-1, -1), 2.0),
     (True, (-1, -1), 30.0), (True, (200, 0), 5.0), (False, (40, 7), 2.0),
 ]
+
+
+def make_sinks(heads, seqlen_k):
+    """(heads,) fp32 sink logits near a row's log-sum-exp (about log seqlen_k
+    for the N(0, 1) scores of make_qkv), so the sink takes a real share of the
+    softmax; head 0's sink lies far above every score (almost all weight on
+    it: must not overflow) and the last head's is -inf (no sink). Rounded to
+    bf16 so that the low-precision reference holds the same values."""
+    sinks = math.log(max(seqlen_k, 1)) + 2 * torch.randn(heads, device="cuda")
+    sinks[0] = 40.0
+    sinks[-1] = -math.inf
+    return sinks.bfloat16().float()
 
 
 def mask_id(mask):

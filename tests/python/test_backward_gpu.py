@@ -22,7 +22,7 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, mask_id, require_built)
+    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -36,33 +36,46 @@ SMALL_LENGTHS = [
 LARGE_LENGTHS = [(1, 1023, 2049), (1, 2049, 1023), (2, 2049, 2049), (1, 4096, 4096)]
 
 
-def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True, **mask):
-    leaves = [(x.float() if upcast else x).detach().requires_grad_() for x in (q, k, v)]
-    out, _ = attention_ref(*leaves, softmax_scale=softmax_scale, causal=causal, upcast=upcast,
-                           **mask)
+def _leaves(tensors, sinks):
+    """Gradient leaves for q, k, v (and sinks); `sinks` rides along in the list."""
+    leaves = [x.detach().clone().requires_grad_() for x in tensors]
+    if sinks is not None:
+        leaves.append(sinks.detach().clone().requires_grad_())
+    return leaves
+
+
+def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True, sinks=None, **mask):
+    """[dq, dk, dv] (and dsinks with sinks) of the fp32 or input-dtype reference."""
+    leaves = _leaves([x.float() if upcast else x for x in (q, k, v)], sinks)
+    out, _ = attention_ref(*leaves[:3], softmax_scale=softmax_scale, causal=causal, upcast=upcast,
+                           sinks=leaves[3] if sinks is not None else None, **mask)
     out.backward(dout.float() if upcast else dout)
     return [x.grad for x in leaves]
 
 
-def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False, **mask):
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    out = flash3.flash_attn_func(*leaves, softmax_scale=softmax_scale, causal=causal,
-                                 deterministic=deterministic, **mask)
+def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False, sinks=None,
+                 **mask):
+    leaves = _leaves((q, k, v), sinks)
+    out = flash3.flash_attn_func(*leaves[:3], softmax_scale=softmax_scale, causal=causal,
+                                 deterministic=deterministic,
+                                 sinks=leaves[3] if sinks is not None else None, **mask)
     out.backward(dout)
     return [x.grad for x in leaves]
 
 
 def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, deterministic=False,
                 **mask):
-    """`mask`: window_size and softcap, as flash_attn_func takes them."""
+    """`mask`: window_size, softcap and sinks, as flash_attn_func takes them."""
     if dout is None:
         dout = torch.randn_like(q)
     got = flash3_grads(q, k, v, dout, causal, softmax_scale, deterministic, **mask)
     ref = reference_grads(q, k, v, dout, causal, softmax_scale, **mask)
     lowp = reference_grads(q, k, v, dout, causal, softmax_scale, upcast=False, **mask)
-    for name, g, r, lo, x in zip(("dq", "dk", "dv"), got, ref, lowp, (q, k, v)):
+    inputs = (q, k, v, mask.get("sinks"))
+    for name, g, r, lo, x in zip(("dq", "dk", "dv", "dsinks"), got, ref, lowp, inputs):
         assert g.dtype == x.dtype and g.shape == x.shape, f"{name} {_where(seed)}"
         assert_rule(name, g.float(), r, lo.float(), seed)
+    return got, ref, lowp
 
 
 def _cases():
@@ -186,6 +199,52 @@ def test_deterministic_window_20_runs(head_dim, window_size, seed):
     dout = torch.randn_like(q)
     _deterministic_grads(q, k, v, dout, False, runs=20, window_size=window_size)
     check_grads(q, k, v, seed, False, dout=dout, deterministic=True, window_size=window_size)
+
+
+SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.0)]
+
+
+@pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)],
+                         ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("mask", SINK_MASKS, ids=mask_id)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_sinks(dtype_name, head_dim, mask, lengths, seed):
+    require_built(dtype_name, head_dim)
+    causal, window_size, softcap = mask
+    batch, seqlen_q, seqlen_k = lengths
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
+    check_grads(q, k, v, seed, causal, window_size=window_size, softcap=softcap,
+                sinks=make_sinks(4, seqlen_k))
+
+
+def test_sink_gradient_is_checked_and_reproducible(seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 1000, 1500, 4, 2, d, dtype)
+    dout = torch.randn_like(q)
+    sinks = make_sinks(4, 1500)
+    got, ref, lowp = check_grads(q, k, v, seed, True, dout=dout, sinks=sinks)
+    # Negative control: the gradient with the wrong sign (P_sink * D, not -P_sink * D) fails.
+    with pytest.raises(AssertionError):
+        assert_rule("dsinks", -got[3], ref[3], lowp[3], seed)
+    # Bitwise the same on every run, in both modes (a fixed order of adds).
+    for deterministic in (False, True):
+        for _ in range(5):
+            again = flash3_grads(q, k, v, dout, True, deterministic=deterministic, sinks=sinks)
+            assert torch.equal(again[3], got[3])
+    # Sinks the model keeps in bf16: the gradient comes back in bf16.
+    dsinks = flash3_grads(q, k, v, dout, True, sinks=sinks.bfloat16())[3]
+    assert dsinks.dtype == torch.bfloat16 and torch.equal(dsinks, got[3].bfloat16())
+
+
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_k", [(2, 0, 50), (2, 50, 0), (2, 0, 0), (0, 50, 50)])
+def test_sink_gradient_of_empty_problems_is_zero(batch, seqlen_q, seqlen_k, seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, d, dtype)
+    grads = flash3_grads(q, k, v, torch.randn_like(q), False, sinks=make_sinks(4, seqlen_k))
+    assert grads[3].shape == (4,) and (grads[3] == 0).all()
+    for g, x in zip(grads, (q, k, v)):
+        assert g.shape == x.shape and (g == 0).all()
 
 
 def test_softcap_gradient_differs_from_none(seed):

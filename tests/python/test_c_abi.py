@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 2
+    assert _lib.abi_version() == _lib.ABI_VERSION == 3
 
 
 def test_build_info_lists_configurations():
@@ -73,10 +73,12 @@ def test_build_info_lists_configurations():
 
 def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
-    # the v2 fields start where v1's struct ended.
+    # the v2 fields start where v1's struct ended, the v3 ones where v2's did.
     assert ctypes.sizeof(_lib.Tensor) == 40
-    assert ctypes.sizeof(_lib.FwdParams) == 232
-    assert ctypes.sizeof(_lib.BwdParams) == 408
+    assert ctypes.sizeof(_lib.FwdParams) == 240
+    assert ctypes.sizeof(_lib.BwdParams) == 424
+    assert _lib.FwdParams.sinks.offset == 232
+    assert _lib.BwdParams.sinks.offset == 408
     assert _lib.FwdParams.lse.offset == 168
     assert _lib.FwdParams.causal.offset == 208
     assert _lib.FwdParams.window_left.offset == 216
@@ -90,7 +92,7 @@ def test_params_init_sets_defaults():
     assert p.struct_size == ctypes.sizeof(_lib.FwdParams)
     raw = ctypes.string_at(ctypes.addressof(p) + 8, _lib.FwdParams.causal.offset + 4 - 8)
     assert raw == bytes(len(raw))
-    assert (p.window_left, p.window_right, p.softcap) == (-1, -1, 0.0)
+    assert (p.window_left, p.window_right, p.softcap, p.sinks) == (-1, -1, 0.0, None)
     # The Python constructors use the same defaults.
     assert bytes(_lib.FwdParams()) == bytes(p)
     b = _lib.BwdParams()
@@ -103,6 +105,7 @@ def test_packer_fills_the_same_bytes_as_ctypes_fields():
     by_fields = valid_params()
     by_fields.softmax_scale, by_fields.causal = 0.125, 1
     by_fields.window_left, by_fields.window_right, by_fields.softcap = 100, 0, 30.0
+    by_fields.sinks = 0x7F0000001000
     packed = _lib.FwdParams()
     p = by_fields
     tensors = [(t.data, tuple(t.stride)) for t in (p.q, p.k, p.v, p.out)]
@@ -110,7 +113,7 @@ def test_packer_fills_the_same_bytes_as_ctypes_fields():
         packed, 0, p.struct_size, *(x for data, s in tensors for x in (data, *s)),
         ctypes.cast(p.lse, ctypes.c_void_p).value, p.dtype, p.batch, p.seqlen_q, p.seqlen_k,
         p.num_heads_q, p.num_heads_kv, p.head_dim, p.softmax_scale, p.causal,
-        p.window_left, p.window_right, p.softcap)
+        p.window_left, p.window_right, p.softcap, p.sinks)
     assert bytes(packed) == bytes(by_fields)
 
 
@@ -246,7 +249,7 @@ def test_raise_for_status_maps_to_exception_classes():
 def _launcher_fields(q_data, batch, head_dim, dtype):
     s = (128 * 8 * head_dim, 8 * head_dim, head_dim, 1)
     return (q_data, *s, FAKE_K, *s, FAKE_V, *s, FAKE_OUT, *s, 0, dtype,
-            batch, 128, 128, 8, 8, head_dim, 0.0, 0, -1, -1, 0.0)
+            batch, 128, 128, 8, 8, head_dim, 0.0, 0, -1, -1, 0.0, 0)
 
 
 def test_launcher_reports_errors():

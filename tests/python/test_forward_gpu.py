@@ -11,6 +11,7 @@ Skips unless a Hopper (sm_90) GPU is visible to torch.
 """
 
 import itertools
+import math
 
 import pytest
 
@@ -23,7 +24,7 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, mask_id, require_built)
+    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -63,14 +64,14 @@ def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=
 
 
 def run_poisoned(q, k, v, causal=False, softmax_scale=None, with_lse=True, window_size=(-1, -1),
-                 softcap=0.0):
+                 softcap=0.0, sinks=None):
     """The op's own launch path into NaN-filled buffers, so unwritten elements fail."""
     b, sq, hq, d = q.shape
     out = torch.full((b, sq, hq, d), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device=q.device)
     ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal,
                 *ops._abi_window(window_size),
-                softcap)
+                softcap, sinks)
     return out, lse
 
 
@@ -161,6 +162,46 @@ def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
     batch, seqlen_q, seqlen_k = lengths
     q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
     check_both_paths(q, k, v, seed, causal=causal, window_size=window_size, softcap=softcap)
+
+
+# Sinks with no mask, with rows that see no key (lse = the sink there), and
+# with a window and softcap (the sink joins after the cap).
+SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.0)]
+SINK_LENGTHS = [(2, 300, 555), (1, 799, 113), (1, 2049, 2049)]
+
+
+@pytest.mark.parametrize("lengths", SINK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("mask", SINK_MASKS, ids=mask_id)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_sinks(dtype_name, head_dim, mask, lengths, seed):
+    require_built(dtype_name, head_dim)
+    causal, window_size, softcap = mask
+    batch, seqlen_q, seqlen_k = lengths
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
+    check_both_paths(q, k, v, seed, causal=causal, window_size=window_size, softcap=softcap,
+                     sinks=make_sinks(4, seqlen_k))
+
+
+def test_sinks_edge_cases(seed):
+    _, dtype, d = _any_built()
+    q, k, v = make_qkv(2, 300, 100, 4, 2, d, dtype)
+    # All -inf: exactly the kernel without sinks.
+    none = flash3.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    minus_inf = torch.full((4,), -math.inf, device="cuda")
+    for got, want in zip(run_poisoned(q, k, v, causal=True, sinks=minus_inf), none):
+        assert torch.equal(got, want)
+    # Rows that see no key put all weight on the sink: out 0, lse = the sink.
+    sinks = make_sinks(4, 100)
+    out, lse = run_poisoned(q, k, v, causal=True, sinks=sinks)
+    assert (out[:, :200] == 0).all()
+    assert torch.equal(lse[:, :, :200], sinks.view(1, 4, 1).expand(2, 4, 200))
+    # No keys at all: the same for every row (the empty-keys kernel).
+    out, lse = run_poisoned(q, k[:, :0], v[:, :0], sinks=sinks)
+    assert (out == 0).all() and torch.equal(lse, sinks.view(1, 4, 1).expand(2, 4, 300))
+    # The model's dtype (bf16 sinks) is accepted and read as its fp32 value.
+    got = flash3.flash_attn_func(q, k, v, causal=True, sinks=sinks.bfloat16())
+    assert torch.equal(got, flash3.flash_attn_func(q, k, v, causal=True, sinks=sinks))
 
 
 def test_window_spelled_as_causal_is_causal(seed):

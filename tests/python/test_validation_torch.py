@@ -88,12 +88,13 @@ def test_op_schema():
     schema = str(torch.ops.flash3.fwd.default._schema)
     assert schema == ("flash3::fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, "
                       "bool causal, bool deterministic=False, SymInt window_left=-1, "
-                      "SymInt window_right=-1, float softcap=0.) -> (Tensor, Tensor)"), schema
+                      "SymInt window_right=-1, float softcap=0., Tensor? sinks=None) "
+                      "-> (Tensor, Tensor)"), schema
     schema = str(torch.ops.flash3.bwd.default._schema)
     assert schema == ("flash3::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
                       "Tensor lse, float? softmax_scale, bool causal, bool deterministic, "
-                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0.) "
-                      "-> (Tensor, Tensor, Tensor)"), schema
+                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0., "
+                      "Tensor? sinks=None) -> (Tensor, Tensor, Tensor, Tensor)"), schema
 
 
 def test_reference_matches_sdpa_math_in_fp64():
@@ -149,6 +150,56 @@ def test_reference_softcap_and_window():
     want = (torch.softmax(scores, -1) @ vv).transpose(1, 2)
     torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
     torch.testing.assert_close(lse, torch.logsumexp(scores, -1), rtol=0, atol=1e-12)
+
+
+def test_reference_sinks():
+    # Written out: out_i = sum_j exp(s_ij) v_j / (sum_j exp(s_ij) + exp(sink)).
+    q, k, v = (x.double() for x in qkv(seqlen_q=6, seqlen_k=8))
+    sinks = torch.tensor([0.5, -1.0, 3.0, -float("inf")], dtype=torch.float64)
+    for causal in (False, True):
+        out, lse = attention_ref(q, k, v, causal=causal, sinks=sinks, compute_dtype=torch.float64)
+        kk, vv = (x.repeat_interleave(2, dim=2).transpose(1, 2) for x in (k, v))
+        weights = torch.exp(q.transpose(1, 2) @ kk.transpose(-1, -2) / 8.0)
+        if causal:
+            weights = weights * causal_mask(6, 8, "cpu")
+        denominator = weights.sum(-1, keepdim=True) + torch.exp(sinks).view(1, 4, 1, 1)
+        torch.testing.assert_close(out, (weights / denominator @ vv).transpose(1, 2),
+                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(lse, torch.log(denominator.squeeze(-1)), rtol=0, atol=1e-12)
+    # A row that sees no key puts all its weight on the sink: out 0, lse = sink.
+    out, lse = attention_ref(*qkv(seqlen_q=9, seqlen_k=4), causal=True, sinks=sinks.float())
+    assert (out[:, :5] == 0).all()
+    assert torch.equal(lse[:, :, :5], sinks.float().view(1, 4, 1).expand(2, 4, 5))
+    lowp, _ = attention_ref(*qkv(seqlen_q=9, seqlen_k=4), causal=True, upcast=False,
+                            sinks=sinks.float())
+    assert lowp.dtype == torch.bfloat16 and torch.isfinite(lowp).all()
+
+
+def test_sinks_are_checked():
+    q, k, v = qkv(device="meta")  # 4 query heads
+    for sinks, pattern in [
+        (torch.zeros(3, device="meta"), r"sinks: expected a contiguous float32 tensor of shape "
+                                         r"\(4,\) \(one logit per query head\); got torch.float32 \(3,\)"),
+        (torch.zeros(4, 1, device="meta"), r"sinks: expected .* got torch.float32 \(4, 1\)"),
+        (torch.zeros(4), r"sinks: must be on q's device \(meta\); got cpu"),
+    ]:
+        with pytest.raises(flash3.Flash3InvalidArgument, match=pattern):
+            flash3.flash_attn_func(q, k, v, sinks=sinks)
+    # Any float dtype and strides: flash_attn_func converts them to contiguous fp32.
+    sinks = torch.zeros(8, dtype=torch.bfloat16, device="meta")[::2]
+    assert flash3.flash_attn_func(q, k, v, sinks=sinks).shape == q.shape
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"sinks: expected a contiguous float32"):
+        torch.ops.flash3.fwd(q, k, v, None, False, sinks=sinks)
+
+
+def test_meta_backward_gives_sink_gradient_shapes():
+    q, k, v = qkv(device="meta")
+    out, lse = torch.ops.flash3.fwd(q, k, v, None, False)
+    grads = torch.ops.flash3.bwd(out, q, k, v, out, lse, None, False, False)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape, (0,)]
+    sinks = torch.zeros(4, device="meta")
+    dsinks = torch.ops.flash3.bwd(out, q, k, v, out, lse, None, False, False, sinks=sinks)[3]
+    assert dsinks.shape == (4,) and dsinks.dtype == torch.float32
 
 
 @pytest.mark.parametrize("window_size, pattern", [
