@@ -1,8 +1,9 @@
-"""A Llama-style transformers model (random weights from a config, no
-downloads) with flash3 as its attention implementation, against the same
-weights with SDPA: logits, one training step's gradients, and a decoding
-step with a KV cache, under the DESIGN.md 3 rule (fp32 SDPA is the
-reference, bf16 SDPA the low-precision baseline)."""
+"""Llama-style and gpt-oss-style transformers models (random weights from a
+config, no downloads) with flash3 as their attention implementation, against
+the same weights with transformers' own attention (SDPA for Llama, eager for
+gpt-oss, whose sinks SDPA lacks): logits, one training step's gradients
+(the sinks' included), and a decoding step with a KV cache, under the
+DESIGN.md 3 rule (fp32 is the reference, bf16 the low-precision baseline)."""
 
 import pytest
 
@@ -14,15 +15,27 @@ pytest.importorskip("transformers")
 import flash3.hf_transformers as hf  # noqa: E402
 
 from attention_checks import assert_rule, require_built  # noqa: E402
-from hf_models import llama_variants, logits_and_grads, tiny_llama_config  # noqa: E402
+from hf_models import (  # noqa: E402
+    logits_and_grads, model_variants, tiny_gpt_oss_config, tiny_llama_config)
 
-REF, LOWP, FLASH3 = (torch.float32, "sdpa"), (torch.bfloat16, "sdpa"), (torch.bfloat16, hf.NAME)
+REF, LOWP, FLASH3 = "ref", "lowp", "flash3"
 
 
-@pytest.fixture
-def models(seed):
+@pytest.fixture(params=["llama", "gpt_oss"])
+def models(request, seed):
+    """{REF: fp32 with transformers' attention, LOWP: the same in bf16, FLASH3: bf16 with flash3}.
+    gpt-oss: sinks on both layers, a sliding window of 64 (< the tests' lengths) on one."""
     require_built("bf16", 64)
-    return llama_variants(tiny_llama_config(), [REF, LOWP, FLASH3], "cuda", seed)
+    if request.param == "llama":
+        config, baseline = tiny_llama_config(), "sdpa"
+    else:
+        config = tiny_gpt_oss_config(sliding_window=64,
+                                     layer_types=["sliding_attention", "full_attention"])
+        baseline = "eager"
+    variants = {REF: (torch.float32, baseline), LOWP: (torch.bfloat16, baseline),
+                FLASH3: (torch.bfloat16, hf.NAME)}
+    built = model_variants(config, list(variants.values()), "cuda", seed)
+    return {name: built[variant] for name, variant in variants.items()}
 
 
 def test_logits_and_training_gradients(models, seed):
