@@ -62,6 +62,12 @@ MASKS = [
 ]
 
 
+# (causal, window_size, softcap) for the sinks tests: none, with rows that see
+# no key (lse = the sink there), with a window and softcap (the sink joins
+# after the cap).
+SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.0)]
+
+
 def make_sinks(heads, seqlen_k):
     """(heads,) fp32 sink logits near a row's log-sum-exp (about log seqlen_k
     for the N(0, 1) scores of make_qkv), so the sink takes a real share of the

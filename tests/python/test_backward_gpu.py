@@ -22,7 +22,8 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id, require_built)
+    DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id,
+    require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -199,9 +200,6 @@ def test_deterministic_window_20_runs(head_dim, window_size, seed):
     dout = torch.randn_like(q)
     _deterministic_grads(q, k, v, dout, False, runs=20, window_size=window_size)
     check_grads(q, k, v, seed, False, dout=dout, deterministic=True, window_size=window_size)
-
-
-SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.0)]
 
 
 @pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)],

@@ -24,7 +24,8 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id, require_built)
+    DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id,
+    require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -164,9 +165,6 @@ def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
     check_both_paths(q, k, v, seed, causal=causal, window_size=window_size, softcap=softcap)
 
 
-# Sinks with no mask, with rows that see no key (lse = the sink there), and
-# with a window and softcap (the sink joins after the cap).
-SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.0)]
 SINK_LENGTHS = [(2, 300, 555), (1, 799, 113), (1, 2049, 2049)]
 
 
