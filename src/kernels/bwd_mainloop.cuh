@@ -165,25 +165,17 @@ struct BwdMainloop {
       if (softcap) apply_softcap(scores, p.softcap_input_scale);
       if (mask.needs_mask(m_block, tile.n_block))
         mask.apply_transposed(scores, coords, m_block, tile.n_block);
-      // P = exp(logit_scale * S - LSE); padded and keyless rows have lse = +inf: P = 0.
+      warpgroup_wait<0>();
+      // P = exp(logit_scale * S - LSE) (padded and keyless rows have lse =
+      // +inf: P = 0), and dS = P (dP - D), with softcap times d tanh = 1 - t^2
+      // of the capped score t. Masked scores (t = -inf) have P = 0 and no
+      // gradient. The exps wait for dP: run while dP was in flight they
+      // measured 5-6 % slower at d = 64 and 256 (docs/performance.md). One
+      // branch around each loop: tested per column, it split the loop into
+      // blocks the scheduler could not interleave (7-15 % slower).
       auto const probability = [&](float s, float lse_j) {
         return fast_exp2(fmaf(s, p.scale_log2, -lse_j));
       };
-      if (!softcap) {  // the exps run while dP = dO V^T is still in flight
-        CUTE_UNROLL
-        for (int j = 0; j < kCols; ++j) {
-          float const lse_j = lse[get<1>(coords(0, j))];
-          CUTE_UNROLL
-          for (int i = 0; i < size<0>(scores); ++i) scores(i, j) = probability(scores(i, j), lse_j);
-        }
-      }
-
-      warpgroup_wait<0>();
-      // dS = P (dP - D), and with softcap times d tanh = 1 - t^2 of the capped
-      // score t, which must still be in `scores`: the exps wait for dP then.
-      // Masked scores (t = -inf) have P = 0 and no gradient. One branch around
-      // each loop: tested per column, it split the loop into blocks the
-      // scheduler could not interleave (measured: backward 7-15 % slower).
       if (softcap) {
         CUTE_UNROLL
         for (int j = 0; j < kCols; ++j) {
@@ -200,9 +192,13 @@ struct BwdMainloop {
       } else {
         CUTE_UNROLL
         for (int j = 0; j < kCols; ++j) {
-          float const dpsum_j = dpsum[get<1>(coords(0, j))];
+          int const col = get<1>(coords(0, j));
+          float const lse_j = lse[col], dpsum_j = dpsum[col];
           CUTE_UNROLL
-          for (int i = 0; i < size<0>(dp); ++i) dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
+          for (int i = 0; i < size<0>(dp); ++i) {
+            scores(i, j) = probability(scores(i, j), lse_j);
+            dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
+          }
         }
       }
 
