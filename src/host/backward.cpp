@@ -1,6 +1,6 @@
 // flash3::backward: validate -> (nothing to compute? zero the gradients) ->
 // device and pointer checks -> default scale, resolved window -> row statistics (which also
-// zero dQ's accumulator) -> dsinks -> main kernel and dQ conversion.
+// zero dQ's accumulator) -> main kernel and dQ conversion.
 #include <cmath>
 #include <exception>
 #include <new>
@@ -62,14 +62,10 @@ CheckResult cuda_failure(cudaError_t error) {
 
 // Launches everything; the first failure stops the sequence.
 CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
-  const bool has_queries = p.batch > 0 && p.seqlen_q > 0;
-  const bool has_keys = p.batch > 0 && p.seqlen_k > 0;
-  // Without keys dq is 0; without queries (or with only keys nobody sees) dk, dv are 0;
-  // either way out is 0, so is D = rowsum(dO * O) and with it dsinks.
+  const bool has_queries = p.seqlen_q > 0;
+  const bool has_keys = p.seqlen_k > 0;
+  // Without keys dq is 0; without queries (or with only keys nobody sees) dk, dv are 0.
   if (!has_queries || !has_keys) {
-    if (p.dsinks != nullptr)
-      if (cudaError_t e = cudaMemsetAsync(p.dsinks, 0, sizeof(float) * p.heads_q, stream); e != cudaSuccess)
-        return cuda_failure(e);
     if (has_queries)
       if (cudaError_t e = kernels::run_zero_fill(p.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim, stream);
           e != cudaSuccess)
@@ -84,8 +80,6 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
       host::bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim);
   const kernels::BwdWorkspaceView ws = host::carve_workspace(layout, p.workspace);
   if (cudaError_t e = kernels::run_bwd_preprocess(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
-  if (p.dsinks != nullptr)
-    if (cudaError_t e = kernels::run_bwd_sink_grad(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
   const std::optional<cudaError_t> launched = dispatch(p, ws, stream);
   if (!launched)
     return CheckResult::fail(
@@ -98,9 +92,7 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
 
 Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
   if (CheckResult r = host::validate_backward(params); !r.ok()) return host::record(r);
-  // Nothing to launch, unless dsinks must be zeroed.
-  if ((params.batch == 0 || (params.seqlen_q == 0 && params.seqlen_k == 0)) &&
-      params.dsinks == nullptr) {
+  if (params.batch == 0 || (params.seqlen_q == 0 && params.seqlen_k == 0)) {
     host::clear_last_error();
     return Status::kOk;
   }

@@ -1,6 +1,6 @@
 // The backward's small memory-bound kernels that need no tile shape: row
-// statistics before the main kernel, the sinks' gradient, and zero gradients
-// for tensors no score depends on. Generic over head dim (a runtime value here).
+// statistics before the main kernel, and zero gradients for tensors no score
+// depends on. Generic over head dim (a runtime value here).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,36 +57,6 @@ __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t
   for (int c = lane; c < head_dim / 4; c += 32) accum[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// One CTA per query head. The gradient of a sink logit is that of a score
-// with a zero value vector: dS = P_sink (0 - D) for each row. Padding rows
-// have lse_log2 = +inf and D = 0. Each thread adds its rows in order, then a
-// fixed tree: the same bits on every run. (A few hundred rows per thread
-// even at batch x seqlen = 128k; the loads are independent, so unrolled they
-// overlap.)
-constexpr int kSinkThreads = 1024;
-
-__global__ void __launch_bounds__(kSinkThreads)
-    bwd_sink_grad_kernel(const float* sinks, float* dsinks, BwdWorkspaceView ws, int batch, int heads) {
-  int const h = blockIdx.x;
-  float const sink_log2 = sinks[h] * float(M_LOG2E);
-  float sum = 0.f;
-  for (int b = 0; b < batch; ++b) {
-    int64_t const first = (int64_t(b) * heads + h) * ws.seqlen_q_rounded;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < ws.seqlen_q_rounded; i += kSinkThreads)
-      sum += exp2f(sink_log2 - ws.lse_log2[first + i]) * ws.dpsum[first + i];
-  }
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
-  __shared__ float warp_sums[kSinkThreads / 32];
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    sum = warp_sums[threadIdx.x];
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
-    if (threadIdx.x == 0) dsinks[h] = -sum;
-  }
-}
-
 __global__ void zero_fill_kernel(uint16_t* data, Tensor4d t, int seqlen, int heads, int head_dim,
                                  int64_t elements) {
   int64_t const e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -113,11 +83,6 @@ cudaError_t launch_preprocess(const BackwardParams& p, const BwdWorkspaceView& w
 cudaError_t run_bwd_preprocess(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
   return p.dtype == DType::kBFloat16 ? launch_preprocess<__nv_bfloat16>(p, ws, stream)
                                      : launch_preprocess<__half>(p, ws, stream);
-}
-
-cudaError_t run_bwd_sink_grad(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
-  bwd_sink_grad_kernel<<<p.heads_q, kSinkThreads, 0, stream>>>(p.sinks, p.dsinks, ws, p.batch, p.heads_q);
-  return cudaGetLastError();
 }
 
 cudaError_t run_zero_fill(const Tensor4d& t, int batch, int seqlen, int heads, int head_dim,

@@ -29,10 +29,6 @@ cudaError_t run_bwd(const BackwardParams& params, const BwdWorkspaceView& ws, cu
 // Writes lse_log2 and dpsum, and zeroes dq_accum and dq_semaphore.
 cudaError_t run_bwd_preprocess(const BackwardParams& params, const BwdWorkspaceView& ws,
                                cudaStream_t stream);
-// dsinks[h] = -sum over (batch, query) of exp(sink_h - lse) * D, from the
-// workspace's row statistics (after run_bwd_preprocess), in a fixed order.
-cudaError_t run_bwd_sink_grad(const BackwardParams& params, const BwdWorkspaceView& ws,
-                              cudaStream_t stream);
 // Writes zeros into a (batch, seqlen, heads, head_dim) tensor of 16-bit
 // elements (gradients of tensors that nothing depends on).
 cudaError_t run_zero_fill(const Tensor4d& t, int batch, int seqlen, int heads, int head_dim,

@@ -55,21 +55,6 @@ TEST(ValidateBackward, ChecksGradientTensors) {
                "dv: head_dim stride must be 1 (last dimension contiguous); got 0");
 }
 
-TEST(ValidateBackward, Sinks) {
-  BackwardParams p = valid_backward_params();
-  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x700002});
-  expect_error(p, Status::kInvalidArgument, "sinks: pointer must be 4-byte aligned; got 0x700002");
-  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x700000});
-  EXPECT_TRUE(validate_backward(p, all_built()).ok());  // sinks without their gradient
-  p.dsinks = reinterpret_cast<float*>(uintptr_t{0x800003});
-  expect_error(p, Status::kInvalidArgument, "dsinks: pointer must be 4-byte aligned; got 0x800003");
-  p.dsinks = reinterpret_cast<float*>(uintptr_t{0x800000});
-  EXPECT_TRUE(validate_backward(p, all_built()).ok());
-  p.sinks = nullptr;
-  expect_error(p, Status::kInvalidArgument,
-               "dsinks: the gradient of the sinks needs the forward's sinks; got sinks = NULL");
-}
-
 TEST(ValidateBackward, NeedsLseAndWorkspace) {
   BackwardParams p = valid_backward_params();
   p.lse = nullptr;

@@ -93,8 +93,8 @@ def test_op_schema():
     schema = str(torch.ops.flash3.bwd.default._schema)
     assert schema == ("flash3::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
                       "Tensor lse, float? softmax_scale, bool causal, bool deterministic, "
-                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0., "
-                      "Tensor? sinks=None) -> (Tensor, Tensor, Tensor, Tensor)"), schema
+                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0.) "
+                      "-> (Tensor, Tensor, Tensor)"), schema
 
 
 def test_reference_matches_sdpa_math_in_fp64():
@@ -192,14 +192,15 @@ def test_sinks_are_checked():
         torch.ops.flash3.fwd(q, k, v, None, False, sinks=sinks)
 
 
-def test_meta_backward_gives_sink_gradient_shapes():
+def test_sinks_that_need_their_gradient_are_refused():
     q, k, v = qkv(device="meta")
-    out, lse = torch.ops.flash3.fwd(q, k, v, None, False)
-    grads = torch.ops.flash3.bwd(out, q, k, v, out, lse, None, False, False)
-    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape, (0,)]
-    sinks = torch.zeros(4, device="meta")
-    dsinks = torch.ops.flash3.bwd(out, q, k, v, out, lse, None, False, False, sinks=sinks)[3]
-    assert dsinks.shape == (4,) and dsinks.dtype == torch.float32
+    sinks = torch.zeros(4, device="meta", requires_grad=True)
+    with pytest.raises(flash3.Flash3Unsupported, match=r"sinks: their gradient is not computed "
+                                                        r"yet .* pass sinks.detach\(\)"):
+        flash3.flash_attn_func(q, k, v, sinks=sinks)
+    with torch.no_grad():
+        assert flash3.flash_attn_func(q, k, v, sinks=sinks).shape == q.shape
+    assert flash3.flash_attn_func(q, k, v, sinks=sinks.detach()).shape == q.shape
 
 
 @pytest.mark.parametrize("window_size, pattern", [
@@ -218,3 +219,46 @@ def test_fast_path_probes_exist():
     # If torch renames them, flash_attn_func silently falls back to the op
     # (~15-20 us slower per call); this makes that visible.
     assert ops._probes is not None
+
+
+def _reference_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
+                       sinks=None, want_lse=True):
+    out, lse = attention_ref(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                             window_size=(window_left, window_right), softcap=softcap, sinks=sinks)
+    return out.to(q.dtype), lse
+
+
+def test_autograd_registration_on_cpu(monkeypatch):
+    # The kernels replaced by the reference (the backward by gradients
+    # computed beforehand: an op's implementation runs below autograd): what
+    # runs is the op's autograd glue, which the GPU tests otherwise reach only
+    # through the real kernels.
+    q, k, v = (x.float().requires_grad_() for x in qkv())
+    dout = torch.randn(q.shape)
+    mask = dict(causal=True, window_size=(3, 0), softcap=5.0)
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    attention_ref(*leaves, **mask)[0].backward(dout)
+    calls = []
+
+    def backward(*args):
+        calls.append(args)
+        return tuple(x.grad for x in leaves)
+
+    monkeypatch.setattr(ops, "_forward", _reference_forward)
+    monkeypatch.setattr(ops, "_backward", backward)
+    flash3.flash_attn_func(q, k, v, deterministic=True, **mask).backward(dout)
+    (got_dout, *_, scale, causal, deterministic, left, right, softcap), = calls
+    assert torch.equal(got_dout, dout) and (scale, causal, deterministic) == (None, True, True)
+    assert (left, right, softcap) == (3, 0, 5.0)
+    for got, want in zip((q, k, v), leaves):
+        assert torch.equal(got.grad, want.grad)
+    # Fixed sinks: gradients for q, k, v. Sinks that need their gradient: refused, by
+    # flash_attn_func before the forward and by the op's backward when called directly.
+    sinks = torch.randn(4)
+    flash3.flash_attn_func(q, k, v, sinks=sinks).sum().backward()
+    sinks.requires_grad_()
+    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient"):
+        flash3.flash_attn_func(q, k, v, sinks=sinks)
+    out, _ = torch.ops.flash3.fwd(q, k, v, None, False, sinks=sinks)
+    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient"):
+        out.sum().backward()
