@@ -170,7 +170,8 @@ struct BwdMainloop {
       // +inf: P = 0), and dS = P (dP - D), with softcap times d tanh = 1 - t^2
       // of the capped score t. Masked scores (t = -inf) have P = 0 and no
       // gradient. The exps wait for dP: run while dP was in flight they
-      // measured 5-6 % slower at d = 64 and 256 (docs/performance.md). One
+      // measured 5-7 % slower at d = 64, the same at 128 and 256
+      // (docs/performance.md). One
       // branch around each loop: tested per column, it split the loop into
       // blocks the scheduler could not interleave (7-15 % slower).
       auto const probability = [&](float s, float lse_j) {
