@@ -1,7 +1,8 @@
 """A few small, odd-shaped forward and backward calls for compute-sanitizer
 (memcheck, racecheck, synccheck): tile tails in both sequence dims, GQA,
 causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
-(key blocks no query sees), softcap and sinks, every head dim and dtype, the backward in both modes (atomic and deterministic dq)."""
+(key blocks no query sees), softcap and sinks (with their gradient), every
+head dim and dtype, the backward in both modes (atomic and deterministic dq)."""
 
 import torch
 
@@ -31,7 +32,7 @@ def main():
             dout = torch.randn_like(out)
             for deterministic in (False, True):
                 torch.ops.flash3.bwd(dout, q, k, v, out, lse, None, causal, deterministic, *window,
-                                     softcap)
+                                     softcap, sinks)
             torch.cuda.synchronize()
             print(f"ok {dtype} b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} causal={causal} "
                   f"window={window} softcap={softcap} sinks={with_sinks}")

@@ -27,7 +27,7 @@ extern "C" {
  * struct starts with its size and new fields are appended: fields past a
  * caller's struct_size take their _init defaults.
  * v2: window_left, window_right, softcap in both params structs.
- * v3: sinks in flash3_fwd_params. */
+ * v3: sinks (both), dsinks (backward). */
 #define FLASH3_ABI_VERSION 3
 
 typedef enum flash3_status {
@@ -113,7 +113,10 @@ typedef struct flash3_bwd_params {
   int32_t window_left;
   int32_t window_right;
   float softcap;
-  /* Sinks need no field here: the forward's lse includes them. */
+  /* v3: the forward's sinks (or NULL), and optionally (NULL: not computed)
+   * dsinks, (num_heads_q) fp32, written; needs sinks. */
+  const float* sinks;
+  float* dsinks;
 } flash3_bwd_params;
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);
@@ -121,7 +124,7 @@ FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);
 /* Bytes of device workspace flash3_bwd needs for these sizes (0 when none). */
 FLASH3_API flash3_status flash3_bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes);
 
-/* Gradients dq, dk, dv on `stream`. Asynchronous: no host synchronization,
+/* Gradients dq, dk, dv (and dsinks) on `stream`. Asynchronous: no host synchronization,
  * no allocation (the caller passes the workspace). With GQA, dk and dv are
  * summed over the query heads of each KV head. */
 FLASH3_API flash3_status flash3_bwd(const flash3_bwd_params* params, void* stream);

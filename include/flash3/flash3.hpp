@@ -79,8 +79,10 @@ struct BackwardParams {
   int window_left = -1;   // as in ForwardParams; must match the forward's
   int window_right = -1;
   float softcap = 0.f;
-  // Sinks need nothing here: the forward's lse includes them. (Their own
-  // gradient is not computed yet.)
+  const float* sinks = nullptr;  // the forward's sinks, if it had them
+  // Optional (heads_q) fp32: d loss / d sinks, written (not accumulated);
+  // needs sinks. Always bitwise reproducible.
+  float* dsinks = nullptr;
   bool deterministic = false;  // bitwise-reproducible dq (key blocks add in a fixed order)
   void* workspace = nullptr;   // device memory of at least backward_workspace_size() bytes
   size_t workspace_bytes = 0;
@@ -90,7 +92,7 @@ struct BackwardParams {
 // seqlen_q, heads_q, head_dim); 0 when nothing is needed or the sizes are invalid.
 size_t backward_workspace_size(const BackwardParams& params);
 
-// Gradients dq, dk, dv of attention on `stream`; same rules as forward().
+// Gradients dq, dk, dv (and dsinks) of attention on `stream`; same rules as forward().
 // Asynchronous, no host synchronization, no allocation (the caller passes the
 // workspace), so it can be captured in a CUDA graph. With GQA, dk and dv are
 // summed over the query heads that share a KV head.

@@ -137,6 +137,8 @@ class BwdParams(ctypes.Structure):
         ("window_left", ctypes.c_int32),
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
+        ("sinks", ctypes.c_void_p),
+        ("dsinks", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields):

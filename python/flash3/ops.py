@@ -239,25 +239,34 @@ def _check_bwd_inputs(dout, q, out, lse):
         raise _invalid(f"lse: must be on q's device ({q.device}); got {lse.device}")
 
 
+def _empty_dsinks(q, sinks):
+    # (hq,) fp32 with sinks, else an empty placeholder (an op returns a fixed number of tensors).
+    return q.new_empty((0,) if sinks is None else sinks.shape, dtype=_FLOAT32)
+
+
 def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-              window_right, softcap):
-    """The eager implementation of flash3::bwd: allocate dq, dk, dv and the
-    workspace, launch flash3_bwd on the current stream. (The forward's lse
-    includes its sinks, if it had any: nothing else is needed of them.)"""
+              window_right, softcap, sinks):
+    """The eager implementation of flash3::bwd: allocate dq, dk, dv (and
+    dsinks with sinks) and the workspace, launch flash3_bwd on the current
+    stream. (dq, dk, dv need nothing of the sinks: the forward's lse holds them.)"""
     _check_inputs(q, k, v, need_cuda=True)
     _check_bwd_inputs(dout, q, out, lse)
+    _check_sinks(sinks, q)
     batch, seqlen_q, num_heads_q, head_dim = q.shape
     _, seqlen_k, num_heads_kv, _ = k.shape
     dout = _dense(dout)
     dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
     dk = torch.empty_like(k, memory_format=_CONTIGUOUS)
     dv = torch.empty_like(v, memory_format=_CONTIGUOUS)
+    dsinks = _empty_dsinks(q, sinks)
     params = _lib.BwdParams(
         dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
         softmax_scale=_abi_scale(softmax_scale), causal=1 if causal else 0,
         deterministic=1 if deterministic else 0, lse=lse.data_ptr(),
-        window_left=window_left, window_right=window_right, softcap=float(softcap))
+        window_left=window_left, window_right=window_right, softcap=float(softcap),
+        sinks=None if sinks is None else sinks.data_ptr(),
+        dsinks=None if sinks is None else dsinks.data_ptr())
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
                     ("dq", dq), ("dk", dk), ("dv", dv)):
         field = getattr(params, name)
@@ -269,7 +278,7 @@ def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, win
     device = q.get_device()
     with torch.cuda.device(device):
         _lib.bwd(params, _raw_stream(device))
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 @torch.library.custom_op("flash3::bwd", mutates_args=())
@@ -286,34 +295,31 @@ def bwd(
     window_left: int = -1,
     window_right: int = -1,
     softcap: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention backward: (dq, dk, dv) for the forward that gave out, lse.
-    With GQA, dk and dv are summed over the query heads of each KV head."""
+    sinks: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention backward: (dq, dk, dv, dsinks) for the forward that gave
+    out, lse. With GQA, dk and dv are summed over the query heads of each KV
+    head. dsinks: (hq,) fp32 with sinks, else an empty tensor."""
     return _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-                     window_right, softcap)
+                     window_right, softcap, sinks)
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left=-1,
-              window_right=-1, softcap=0.0):
+              window_right=-1, softcap=0.0, sinks=None):
     _check_inputs(q, k, v, need_cuda=False)
     _check_bwd_inputs(dout, q, out, lse)
+    _check_sinks(sinks, q)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
             torch.empty_like(k, memory_format=_CONTIGUOUS),
-            torch.empty_like(v, memory_format=_CONTIGUOUS))
-
-
-_SINKS_GRADIENT = ("sinks: their gradient is not computed yet (flash3 gives dq, dk, dv with "
-                   "sinks); pass sinks.detach() to keep them fixed")
+            torch.empty_like(v, memory_format=_CONTIGUOUS),
+            _empty_dsinks(q, sinks))
 
 
 def _fwd_setup_context(ctx, inputs, output):
     q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap, sinks = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    # flash_attn_func refuses this before the forward; the op called directly
-    # refuses in the backward instead of dropping the gradient.
-    ctx.sinks_need_grad = sinks is not None and sinks.requires_grad
+    ctx.save_for_backward(q, k, v, out, lse, sinks)
     ctx.softmax_scale = softmax_scale
     ctx.causal = causal
     ctx.deterministic = deterministic
@@ -324,12 +330,11 @@ def _fwd_setup_context(ctx, inputs, output):
 
 
 def _fwd_backward(ctx, dout, _dlse):
-    if ctx.sinks_need_grad:
-        raise _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, _SINKS_GRADIENT)
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = torch.ops.flash3.bwd.default(
-        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    q, k, v, out, lse, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = torch.ops.flash3.bwd.default(
+        dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask,
+        sinks)
+    return dq, dk, dv, None, None, None, None, None, None, None if sinks is None else dsinks
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
@@ -399,20 +404,19 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     sinks: optional attention sinks (gpt-oss), a (heads_q,) tensor of logits
     (any float dtype; computed in fp32), one per query head, that join every
     row's softmax denominator: out_i = sum_j exp(s_ij) v_j / (sum_j exp(s_ij)
-    + exp(sinks[h])). lse includes them. dq, dk, dv account for them; the
-    sinks' own gradient is not computed yet (sinks that require grad are
-    refused: pass sinks.detach()).
+    + exp(sinks[h])). lse includes them; differentiable (the gradient comes
+    back in the sinks' dtype).
     Returns out (contiguous, q's dtype), or (out, lse) with lse (batch,
     heads_q, seqlen_q) fp32 natural log when return_lse is true.
-    Differentiable in q, k, v (lse is not); deterministic=True makes the
-    backward bitwise reproducible (dq accumulates in a fixed order).
+    Differentiable in q, k, v and sinks (lse is not); deterministic=True
+    makes the backward bitwise reproducible (dq accumulates in a fixed
+    order; the sinks' gradient always is).
     """
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
     softcap = float(softcap)
-    if sinks is not None and torch.is_grad_enabled() and sinks.requires_grad:
-        raise _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, _SINKS_GRADIENT)
     sinks = _sinks_as_fp32(sinks)
-    if _can_skip_dispatcher(q, k, v) and (sinks is None or type(sinks) is _Tensor):
+    if _can_skip_dispatcher(q, k, v) and (sinks is None or (
+            type(sinks) is _Tensor and not (torch.is_grad_enabled() and sinks.requires_grad))):
         # No autograd here (_can_skip_dispatcher), so the LSE is needed only if returned.
         out, lse = _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
                             sinks, want_lse=return_lse)

@@ -1,6 +1,6 @@
 // flash3::backward: validate -> (nothing to compute? zero the gradients) ->
 // device and pointer checks -> default scale, resolved window -> row statistics (which also
-// zero dQ's accumulator) -> main kernel and dQ conversion.
+// zero dQ's accumulator) -> dsinks -> main kernel and dQ conversion.
 #include <cmath>
 #include <exception>
 #include <new>
@@ -62,10 +62,14 @@ CheckResult cuda_failure(cudaError_t error) {
 
 // Launches everything; the first failure stops the sequence.
 CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
-  const bool has_queries = p.seqlen_q > 0;
-  const bool has_keys = p.seqlen_k > 0;
-  // Without keys dq is 0; without queries (or with only keys nobody sees) dk, dv are 0.
+  const bool has_queries = p.batch > 0 && p.seqlen_q > 0;
+  const bool has_keys = p.batch > 0 && p.seqlen_k > 0;
+  // Without keys dq is 0; without queries (or with only keys nobody sees) dk, dv are 0;
+  // either way out is 0, so is D = rowsum(dO * O) and with it dsinks.
   if (!has_queries || !has_keys) {
+    if (p.dsinks != nullptr)
+      if (cudaError_t e = cudaMemsetAsync(p.dsinks, 0, sizeof(float) * p.heads_q, stream); e != cudaSuccess)
+        return cuda_failure(e);
     if (has_queries)
       if (cudaError_t e = kernels::run_zero_fill(p.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim, stream);
           e != cudaSuccess)
@@ -76,9 +80,7 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
         return cuda_failure(e);
     return {};
   }
-  const host::BwdWorkspaceLayout layout =
-      host::bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-  const kernels::BwdWorkspaceView ws = host::carve_workspace(layout, p.workspace);
+  const kernels::BwdWorkspaceView ws = host::carve_workspace(host::bwd_workspace_layout(p), p.workspace);
   if (cudaError_t e = kernels::run_bwd_preprocess(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
   const std::optional<cudaError_t> launched = dispatch(p, ws, stream);
   if (!launched)
@@ -87,12 +89,16 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
                                      static_cast<int>(p.dtype), " head_dim ", p.head_dim,
                                      " although validation passed"));
   if (*launched != cudaSuccess) return cuda_failure(*launched);
+  if (p.dsinks != nullptr)
+    if (cudaError_t e = kernels::run_bwd_sink_grad(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
   return {};
 }
 
 Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
   if (CheckResult r = host::validate_backward(params); !r.ok()) return host::record(r);
-  if (params.batch == 0 || (params.seqlen_q == 0 && params.seqlen_k == 0)) {
+  // Nothing to launch, unless dsinks must be zeroed.
+  if ((params.batch == 0 || (params.seqlen_q == 0 && params.seqlen_k == 0)) &&
+      params.dsinks == nullptr) {
     host::clear_last_error();
     return Status::kOk;
   }
@@ -112,8 +118,7 @@ Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
 }  // namespace
 
 FLASH3_CXX_EXPORT size_t backward_workspace_size(const BackwardParams& params) {
-  return host::bwd_workspace_layout(params.batch, params.heads_q, params.seqlen_q, params.head_dim)
-      .bytes;
+  return host::bwd_workspace_layout(params).bytes;
 }
 
 FLASH3_CXX_EXPORT Status backward(const BackwardParams& params, cudaStream_t stream) {

@@ -11,7 +11,8 @@ size_t align_up(size_t x) { return (x + kWorkspaceAlign - 1) / kWorkspaceAlign *
 
 }  // namespace
 
-BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim) {
+BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim,
+                                        int sink_key_blocks) {
   BwdWorkspaceLayout l;
   if (batch <= 0 || heads_q <= 0 || seqlen_q <= 0 || head_dim <= 0) return l;
   const int block_m = kernels::bwd_tile_config(head_dim).block_m;
@@ -24,8 +25,17 @@ BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, in
   l.dq_accum_bytes = rows * size_t(head_dim) * sizeof(float);
   l.semaphore_offset = l.dq_accum_offset + align_up(l.dq_accum_bytes);
   l.semaphore_bytes = size_t(batch) * size_t(heads_q) * size_t(l.m_blocks) * sizeof(int);
-  l.bytes = l.semaphore_offset + align_up(l.semaphore_bytes);
+  l.sink_key_blocks = sink_key_blocks > 0 ? sink_key_blocks : 0;
+  l.sink_partials_offset = l.semaphore_offset + align_up(l.semaphore_bytes);
+  l.sink_partials_bytes = size_t(batch) * size_t(heads_q) * size_t(l.sink_key_blocks) * sizeof(float);
+  l.bytes = l.sink_partials_offset + align_up(l.sink_partials_bytes);
   return l;
+}
+
+BwdWorkspaceLayout bwd_workspace_layout(const BackwardParams& p) {
+  const int block_n = p.head_dim > 0 ? kernels::bwd_tile_config(p.head_dim).block_n : 1;
+  const int key_blocks = p.dsinks != nullptr && p.seqlen_k > 0 ? (p.seqlen_k + block_n - 1) / block_n : 0;
+  return bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim, key_blocks);
 }
 
 kernels::BwdWorkspaceView carve_workspace(const BwdWorkspaceLayout& l, void* base) {
@@ -35,7 +45,9 @@ kernels::BwdWorkspaceView carve_workspace(const BwdWorkspaceLayout& l, void* bas
       reinterpret_cast<float*>(bytes + l.dpsum_offset),
       reinterpret_cast<float*>(bytes + l.dq_accum_offset),
       reinterpret_cast<int*>(bytes + l.semaphore_offset),
+      l.sink_key_blocks > 0 ? reinterpret_cast<float*>(bytes + l.sink_partials_offset) : nullptr,
       l.seqlen_q_rounded,
+      l.sink_key_blocks,
   };
 }
 

@@ -16,6 +16,9 @@ struct BwdWorkspaceLayout {
   size_t dq_accum_bytes = 0;
   size_t semaphore_offset = 0;
   size_t semaphore_bytes = 0;
+  int sink_key_blocks = 0;  // key blocks with a partial of the sinks' gradient (0: none)
+  size_t sink_partials_offset = 0;
+  size_t sink_partials_bytes = 0;
   size_t bytes = 0;  // total
 };
 
@@ -24,7 +27,12 @@ inline constexpr size_t kWorkspaceAlign = 256;
 
 // Sizes must be non-negative and head_dim supported; all zero when there is
 // nothing to compute (batch or seqlen_q is 0).
-BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim);
+// sink_key_blocks > 0 adds (batch, heads_q, sink_key_blocks) fp32 partials of
+// the sinks' gradient.
+BwdWorkspaceLayout bwd_workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim,
+                                        int sink_key_blocks = 0);
+// The layout backward() uses for these parameters (partials when dsinks is set).
+BwdWorkspaceLayout bwd_workspace_layout(const BackwardParams& params);
 
 kernels::BwdWorkspaceView carve_workspace(const BwdWorkspaceLayout& layout, void* base);
 

@@ -24,9 +24,11 @@ static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_fwd_params) == kFwdParams
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
-constexpr uint64_t kBwdParamsSizeV2 = 408;  // unchanged in v3
+constexpr uint64_t kBwdParamsSizeV2 = 408;
+constexpr uint64_t kBwdParamsSizeV3 = 424;
 static_assert(offsetof(flash3_bwd_params, window_left) == kBwdParamsSizeV1);
-static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_bwd_params) == kBwdParamsSizeV2,
+static_assert(offsetof(flash3_bwd_params, sinks) == kBwdParamsSizeV2);
+static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_bwd_params) == kBwdParamsSizeV3,
               "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
@@ -98,6 +100,8 @@ flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
   out.window_left = p.window_left;
   out.window_right = p.window_right;
   out.softcap = p.softcap;
+  out.sinks = p.sinks;
+  out.dsinks = p.dsinks;
   return out;
 }
 

@@ -126,7 +126,9 @@ CheckResult check_device_pointers(const BackwardParams& p, int device) {
                               {"workspace", p.workspace, both},
                               {"dq", p.dq.data, has_queries},
                               {"dk", p.dk.data, has_keys},
-                              {"dv", p.dv.data, has_keys}},
+                              {"dv", p.dv.data, has_keys},
+                              {"sinks", p.sinks, both && p.dsinks != nullptr},
+                              {"dsinks", p.dsinks, p.dsinks != nullptr}},
                              device);
 }
 

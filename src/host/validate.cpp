@@ -260,6 +260,7 @@ ForwardParams forward_view(const BackwardParams& p) {
   f.window_left = p.window_left;
   f.window_right = p.window_right;
   f.softcap = p.softcap;
+  f.sinks = p.sinks;
   return f;
 }
 
@@ -277,11 +278,14 @@ CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built)
     if (!t.used) continue;
     if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
   }
+  if (p.dsinks != nullptr && p.sinks == nullptr)
+    return invalid("dsinks: the gradient of the sinks needs the forward's sinks; got sinks = NULL");
+  if (CheckResult r = check_fp32_pointer("dsinks", p.dsinks); !r.ok()) return r;
   // Only a problem with queries and keys reads lse and needs the workspace.
   if (!q_used || !kv_used) return {};
   if (p.lse == nullptr)
     return invalid("lse: expected the forward's LSE, (batch, num_heads_q, seqlen_q) fp32; got NULL");
-  const size_t needed = bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim).bytes;
+  const size_t needed = bwd_workspace_layout(p).bytes;
   if (p.workspace == nullptr)
     return invalid(cat("workspace: expected device memory of at least ", needed,
                        " bytes (backward_workspace_size); got NULL"));

@@ -34,6 +34,10 @@ struct BwdKernelParams {
   // CTA x works on key block |n_block_flip - x|: 0, or the last key block to
   // launch in reverse (deterministic banded, DQAccumulator::turn).
   int n_block_flip;
+  // With the sinks' gradient: (heads_q) sink logits, and the kernel writes
+  // each (batch, head, key block)'s share of sum_i P_sink,i sum_j P_ij dP_ij
+  // to ws.sink_partials. Null otherwise.
+  float const* sinks;
 };
 
 }  // namespace flash3::kernels

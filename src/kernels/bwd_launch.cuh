@@ -48,6 +48,7 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
       (p.softcap > 0.f ? p.softcap : p.softmax_scale) * float(M_LOG2E),
       p.deterministic,
       Traits::kBanded && p.deterministic ? ceil_div(p.seqlen_k, Traits::kBlockN) - 1 : 0,
+      p.dsinks != nullptr ? p.sinks : nullptr,
   };
   auto kernel = bwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(typename Traits::SharedStorage));

@@ -5,6 +5,8 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include <cmath>
+
 #include "kernels/attention_mask.cuh"
 #include "kernels/bwd_kernel_params.cuh"
 #include "kernels/dq_accumulator.cuh"
@@ -145,6 +147,10 @@ struct BwdMainloop {
 
     Mask const mask{p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
     bool const softcap = p.softcap_input_scale != 0.f;
+    // The sinks' gradient is -sum_i P_sink,i D_i with D_i = sum_j P_ij dP_ij,
+    // taken here in fp32 (D from the bf16 output is not accurate enough).
+    float const sink_log2 = p.sinks != nullptr ? p.sinks[head] * float(M_LOG2E) : 0.f;
+    float sink_sum = 0.f;
     for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
       int const stage = read.index();
       int const buffer = step % Traits::kDSBuffers;
@@ -177,6 +183,18 @@ struct BwdMainloop {
       auto const probability = [&](float s, float lse_j) {
         return fast_exp2(fmaf(s, p.scale_log2, -lse_j));
       };
+      if (p.sinks != nullptr) {  // before dS overwrites dP
+        CUTE_UNROLL
+        for (int j = 0; j < kCols; ++j) {
+          float const lse_j = lse[get<1>(coords(0, j))];
+          float column = 0.f;
+          CUTE_UNROLL
+          for (int i = 0; i < size<0>(dp); ++i)
+            column = fmaf(probability(scores(i, j), lse_j), dp(i, j), column);
+          // P_sink of query j (0 for padding, whose lse is +inf).
+          sink_sum = fmaf(fast_exp2(sink_log2 - lse_j), column, sink_sum);
+        }
+      }
       if (softcap) {
         CUTE_UNROLL
         for (int j = 0; j < kCols; ++j) {
@@ -241,6 +259,28 @@ struct BwdMainloop {
         DQAccumulator<Traits>::add_atomic(p, tile.batch, head, tile.n_block, m_block, thread, acc_dq);
       }
     }
+    if (p.sinks != nullptr) write_sink_partial(p, smem, tile, head, thread, sink_sum);
+  }
+
+  // The consumers' sum of `value` (a fixed order: shuffles, then warp 0's
+  // thread adds the warps in turn) into ws.sink_partials[batch, head, n_block].
+  // Written for every key block, also those no query sees (0).
+  CUTE_DEVICE static void write_sink_partial(Params const& p, SharedStorage& smem, BwdTile tile,
+                                             int head, int thread, float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    if (thread % 32 == 0) smem.sink_sums[thread / 32] = value;
+    auto const sync = [] {
+      cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads,
+                                        uint32_t(BwdNamedBarrier::kSinkSum));
+    };
+    sync();
+    if (thread == 0) {
+      float total = 0.f;
+      for (int w = 0; w < Traits::kNumConsumerThreads / 32; ++w) total += smem.sink_sums[w];
+      int64_t const row = int64_t(tile.batch) * p.heads_q + head;
+      p.ws.sink_partials[row * p.ws.sink_key_blocks + tile.n_block] = total;
+    }
+    sync();  // the next head writes sink_sums again
   }
 };
 

@@ -1,6 +1,6 @@
 // The backward's small memory-bound kernels that need no tile shape: row
-// statistics before the main kernel, and zero gradients for tensors no score
-// depends on. Generic over head dim (a runtime value here).
+// statistics before the main kernel, the sinks' gradient, and zero gradients
+// for tensors no score depends on. Generic over head dim (a runtime value here).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,6 +57,30 @@ __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t
   for (int c = lane; c < head_dim / 4; c += 32) accum[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
+// One CTA per query head: dsinks[h] = -(the sum of the main kernel's
+// partials over batch and key block). Each thread adds its partials in
+// order, then a fixed tree: the same bits on every run.
+constexpr int kSinkThreads = 256;
+
+__global__ void __launch_bounds__(kSinkThreads)
+    bwd_sink_grad_kernel(float* dsinks, const float* partials, int batch, int heads, int key_blocks) {
+  int const h = blockIdx.x;
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < batch * key_blocks; i += kSinkThreads) {
+    int const b = i / key_blocks, n = i % key_blocks;
+    sum += partials[(int64_t(b) * heads + h) * key_blocks + n];
+  }
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
+  __shared__ float warp_sums[kSinkThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int w = 0; w < kSinkThreads / 32; ++w) total += warp_sums[w];
+    dsinks[h] = -total;
+  }
+}
+
 __global__ void zero_fill_kernel(uint16_t* data, Tensor4d t, int seqlen, int heads, int head_dim,
                                  int64_t elements) {
   int64_t const e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -83,6 +107,12 @@ cudaError_t launch_preprocess(const BackwardParams& p, const BwdWorkspaceView& w
 cudaError_t run_bwd_preprocess(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
   return p.dtype == DType::kBFloat16 ? launch_preprocess<__nv_bfloat16>(p, ws, stream)
                                      : launch_preprocess<__half>(p, ws, stream);
+}
+
+cudaError_t run_bwd_sink_grad(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
+  bwd_sink_grad_kernel<<<p.heads_q, kSinkThreads, 0, stream>>>(p.dsinks, ws.sink_partials, p.batch,
+                                                                 p.heads_q, ws.sink_key_blocks);
+  return cudaGetLastError();
 }
 
 cudaError_t run_zero_fill(const Tensor4d& t, int batch, int seqlen, int heads, int head_dim,

@@ -16,7 +16,11 @@ struct BwdWorkspaceView {
   float* dq_accum;    // (batch, heads_q, seqlen_q_rounded * head_dim): sum of dS K, unscaled; each
                       // query block's tile in the order of dq_accumulator.cuh
   int* dq_semaphore;  // (batch, heads_q, seqlen_q_rounded / block_m): key blocks that have added to dQ
+  // With dsinks: (batch, heads_q, sink_key_blocks), each key block's share of
+  // sum_i P_sink,i sum_j P_ij dP_ij (written by the main kernel); else null.
+  float* sink_partials;
   int seqlen_q_rounded;
+  int sink_key_blocks;
 };
 
 // Defined once per (dtype, head dim) in instantiations/bwd_<dtype>_hdim<d>.cu.
@@ -29,6 +33,10 @@ cudaError_t run_bwd(const BackwardParams& params, const BwdWorkspaceView& ws, cu
 // Writes lse_log2 and dpsum, and zeroes dq_accum and dq_semaphore.
 cudaError_t run_bwd_preprocess(const BackwardParams& params, const BwdWorkspaceView& ws,
                                cudaStream_t stream);
+// dsinks[h] = -sum over (batch, key block) of the main kernel's partials, in
+// a fixed order (after run_bwd).
+cudaError_t run_bwd_sink_grad(const BackwardParams& params, const BwdWorkspaceView& ws,
+                              cudaStream_t stream);
 // Writes zeros into a (batch, seqlen, heads, head_dim) tensor of 16-bit
 // elements (gradients of tensors that nothing depends on).
 cudaError_t run_zero_fill(const Tensor4d& t, int batch, int seqlen, int heads, int head_dim,

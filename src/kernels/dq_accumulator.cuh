@@ -35,6 +35,7 @@ enum class BwdNamedBarrier : uint32_t {
   kDQOrder = 1,     // consumers: deterministic atomic adds
   kDQFull = 2,      // consumers -> dQ writer: the tile is in shared memory
   kDQEmpty = 3,     // dQ writer -> consumers: the bulk reduce has read it
+  kSinkSum = 4,     // consumers: each warp's share of the sinks' gradient in shared memory
 };
 
 template <class Traits>

@@ -55,6 +55,24 @@ TEST(ValidateBackward, ChecksGradientTensors) {
                "dv: head_dim stride must be 1 (last dimension contiguous); got 0");
 }
 
+TEST(ValidateBackward, Sinks) {
+  BackwardParams p = valid_backward_params();
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x700002});
+  expect_error(p, Status::kInvalidArgument, "sinks: pointer must be 4-byte aligned; got 0x700002");
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x700000});
+  EXPECT_TRUE(validate_backward(p, all_built()).ok());  // sinks without their gradient
+  p.dsinks = reinterpret_cast<float*>(uintptr_t{0x800003});
+  expect_error(p, Status::kInvalidArgument, "dsinks: pointer must be 4-byte aligned; got 0x800003");
+  p.dsinks = reinterpret_cast<float*>(uintptr_t{0x800000});
+  const size_t without_partials = p.workspace_bytes;
+  p.workspace_bytes = bwd_workspace_layout(p).bytes;  // the sink partials need room too
+  EXPECT_GT(p.workspace_bytes, without_partials);
+  EXPECT_TRUE(validate_backward(p, all_built()).ok());
+  p.sinks = nullptr;
+  expect_error(p, Status::kInvalidArgument,
+               "dsinks: the gradient of the sinks needs the forward's sinks; got sinks = NULL");
+}
+
 TEST(ValidateBackward, NeedsLseAndWorkspace) {
   BackwardParams p = valid_backward_params();
   p.lse = nullptr;
@@ -103,6 +121,22 @@ TEST(BwdWorkspace, PadsRowsToQueryBlocksAndAlignsRegions) {
   EXPECT_EQ(l.bytes, l.semaphore_offset + 256);
   for (size_t offset : {l.dpsum_offset, l.dq_accum_offset, l.semaphore_offset, l.bytes})
     EXPECT_EQ(offset % kWorkspaceAlign, 0u);
+}
+
+TEST(BwdWorkspace, SinkPartialsOnlyWithDsinks) {
+  BackwardParams p = valid_backward_params(DType::kBFloat16, 128);
+  const BwdWorkspaceLayout without = bwd_workspace_layout(p);
+  EXPECT_EQ(without.sink_partials_bytes, 0u);
+  EXPECT_EQ(without.bytes, bwd_workspace_layout(p.batch, p.heads_q, p.seqlen_q, p.head_dim).bytes);
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x700000});
+  p.dsinks = reinterpret_cast<float*>(uintptr_t{0x800000});
+  const BwdWorkspaceLayout with = bwd_workspace_layout(p);
+  const int key_blocks = (p.seqlen_k + 127) / 128;  // d = 128: 128 keys per CTA
+  EXPECT_EQ(with.sink_key_blocks, key_blocks);
+  EXPECT_EQ(with.sink_partials_offset, without.bytes);
+  EXPECT_EQ(with.sink_partials_bytes, size_t(p.batch) * p.heads_q * key_blocks * sizeof(float));
+  EXPECT_EQ(with.bytes % kWorkspaceAlign, 0u);
+  EXPECT_GT(with.bytes, without.bytes);
 }
 
 TEST(BwdWorkspace, EmptyForNoWork) {

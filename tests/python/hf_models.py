@@ -35,11 +35,10 @@ def tiny_gpt_oss_config(**overrides):
     return GptOssConfig(**settings)
 
 
-def model_variants(config, variants, device, seed, frozen=()):
+def model_variants(config, variants, device, seed):
     """{(dtype, attn_implementation): model} of the causal LM for `config`
     (Llama or gpt-oss), all with the weights of one random fp32
-    initialization (seeded), in training mode; parameters whose name ends
-    with one of `frozen` are not trained."""
+    initialization (seeded), in training mode."""
     from transformers import GptOssConfig, GptOssForCausalLM, LlamaForCausalLM
 
     model_class = GptOssForCausalLM if isinstance(config, GptOssConfig) else LlamaForCausalLM
@@ -53,16 +52,14 @@ def model_variants(config, variants, device, seed, frozen=()):
                                          dtype=dtype)
         assert model.config._attn_implementation == attn
         model.load_state_dict(weights)
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(not name.endswith(tuple(frozen)))
         models[(dtype, attn)] = model.to(device).train()
     return models
 
 
 def logits_and_grads(model, input_ids, labels):
-    """Logits of one forward and the gradients of its loss for the parameters being trained."""
+    """Logits of one forward and the parameter gradients of its loss."""
     model.zero_grad(set_to_none=True)
     result = model(input_ids=input_ids, labels=labels)
     result.loss.backward()
-    grads = {name: p.grad for name, p in model.named_parameters() if p.requires_grad}
+    grads = {name: p.grad for name, p in model.named_parameters()}
     return result.logits, grads

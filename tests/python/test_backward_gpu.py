@@ -37,33 +37,46 @@ SMALL_LENGTHS = [
 LARGE_LENGTHS = [(1, 1023, 2049), (1, 2049, 1023), (2, 2049, 2049), (1, 4096, 4096)]
 
 
-def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True, **mask):
-    leaves = [(x.float() if upcast else x).detach().requires_grad_() for x in (q, k, v)]
-    out, _ = attention_ref(*leaves, softmax_scale=softmax_scale, causal=causal, upcast=upcast,
-                           **mask)
+def _leaves(tensors, sinks):
+    """Gradient leaves for q, k, v (and sinks); `sinks` rides along in the list."""
+    leaves = [x.detach().clone().requires_grad_() for x in tensors]
+    if sinks is not None:
+        leaves.append(sinks.detach().clone().requires_grad_())
+    return leaves
+
+
+def reference_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True, sinks=None, **mask):
+    """[dq, dk, dv] (and dsinks with sinks) of the fp32 or input-dtype reference."""
+    leaves = _leaves([x.float() if upcast else x for x in (q, k, v)], sinks)
+    out, _ = attention_ref(*leaves[:3], softmax_scale=softmax_scale, causal=causal, upcast=upcast,
+                           sinks=leaves[3] if sinks is not None else None, **mask)
     out.backward(dout.float() if upcast else dout)
     return [x.grad for x in leaves]
 
 
-def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False, **mask):
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    out = flash3.flash_attn_func(*leaves, softmax_scale=softmax_scale, causal=causal,
-                                 deterministic=deterministic, **mask)
+def flash3_grads(q, k, v, dout, causal, softmax_scale=None, deterministic=False, sinks=None,
+                 **mask):
+    leaves = _leaves((q, k, v), sinks)
+    out = flash3.flash_attn_func(*leaves[:3], softmax_scale=softmax_scale, causal=causal,
+                                 deterministic=deterministic,
+                                 sinks=leaves[3] if sinks is not None else None, **mask)
     out.backward(dout)
     return [x.grad for x in leaves]
 
 
 def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, deterministic=False,
                 **mask):
-    """`mask`: window_size, softcap and (fixed) sinks, as flash_attn_func takes them."""
+    """`mask`: window_size, softcap and sinks, as flash_attn_func takes them."""
     if dout is None:
         dout = torch.randn_like(q)
     got = flash3_grads(q, k, v, dout, causal, softmax_scale, deterministic, **mask)
     ref = reference_grads(q, k, v, dout, causal, softmax_scale, **mask)
     lowp = reference_grads(q, k, v, dout, causal, softmax_scale, upcast=False, **mask)
-    for name, g, r, lo, x in zip(("dq", "dk", "dv"), got, ref, lowp, (q, k, v)):
+    inputs = (q, k, v, mask.get("sinks"))
+    for name, g, r, lo, x in zip(("dq", "dk", "dv", "dsinks"), got, ref, lowp, inputs):
         assert g.dtype == x.dtype and g.shape == x.shape, f"{name} {_where(seed)}"
         assert_rule(name, g.float(), r, lo.float(), seed)
+    return got, ref, lowp
 
 
 def _cases():
@@ -203,31 +216,33 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
                 sinks=make_sinks(4, seqlen_k))
 
 
-def test_gradient_differs_without_the_sinks(seed):
-    # Negative control: dq, dk, dv depend on the sinks (through the lse); the
-    # gradients of the same inputs without sinks must fail the rule.
+def test_sink_gradient_is_checked_and_reproducible(seed):
     _, dtype, d = _any_built()
-    q, k, v = make_qkv(1, 300, 500, 4, 2, d, dtype)
+    q, k, v = make_qkv(2, 1000, 1500, 4, 2, d, dtype)
     dout = torch.randn_like(q)
-    sinks = make_sinks(4, 500)
-    wrong = flash3_grads(q, k, v, dout, False)
-    ref = reference_grads(q, k, v, dout, False, sinks=sinks)
-    lowp = reference_grads(q, k, v, dout, False, upcast=False, sinks=sinks)
+    sinks = make_sinks(4, 1500)
+    got, ref, lowp = check_grads(q, k, v, seed, True, dout=dout, sinks=sinks)
+    # Negative control: the gradient with the wrong sign (P_sink * D, not -P_sink * D) fails.
     with pytest.raises(AssertionError):
-        assert_rule("dq", wrong[0].float(), ref[0], lowp[0].float(), seed)
+        assert_rule("dsinks", -got[3], ref[3], lowp[3], seed)
+    # Bitwise the same on every run, in both modes (a fixed order of adds).
+    for deterministic in (False, True):
+        for _ in range(5):
+            again = flash3_grads(q, k, v, dout, True, deterministic=deterministic, sinks=sinks)
+            assert torch.equal(again[3], got[3])
+    # Sinks the model keeps in bf16: the gradient comes back in bf16.
+    dsinks = flash3_grads(q, k, v, dout, True, sinks=sinks.bfloat16())[3]
+    assert dsinks.dtype == torch.bfloat16 and torch.equal(dsinks, got[3].bfloat16())
 
 
-def test_sinks_that_need_their_gradient_are_refused(seed):
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_k", [(2, 0, 50), (2, 50, 0), (2, 0, 0), (0, 50, 50)])
+def test_sink_gradient_of_empty_problems_is_zero(batch, seqlen_q, seqlen_k, seed):
     _, dtype, d = _any_built()
-    q, k, v = make_qkv(1, 64, 64, 4, 2, d, dtype)
-    sinks = make_sinks(4, 64).requires_grad_()
-    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient is not computed yet"):
-        flash3.flash_attn_func(q, k, v, sinks=sinks)
-    # Through the op directly, the backward refuses instead of dropping the gradient.
-    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
-    out, _ = torch.ops.flash3.fwd(*leaves, None, False, sinks=sinks)
-    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient"):
-        out.sum().backward()
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, d, dtype)
+    grads = flash3_grads(q, k, v, torch.randn_like(q), False, sinks=make_sinks(4, seqlen_k))
+    assert grads[3].shape == (4,) and (grads[3] == 0).all()
+    for g, x in zip(grads, (q, k, v)):
+        assert g.shape == x.shape and (g == 0).all()
 
 
 def test_softcap_gradient_differs_from_none(seed):

@@ -76,8 +76,9 @@ def test_struct_layout_matches_header():
     # the v2 fields start where v1's struct ended, the v3 ones where v2's did.
     assert ctypes.sizeof(_lib.Tensor) == 40
     assert ctypes.sizeof(_lib.FwdParams) == 240
-    assert ctypes.sizeof(_lib.BwdParams) == 408  # v2, unchanged in v3
+    assert ctypes.sizeof(_lib.BwdParams) == 424
     assert _lib.FwdParams.sinks.offset == 232
+    assert _lib.BwdParams.sinks.offset == 408
     assert _lib.FwdParams.lse.offset == 168
     assert _lib.FwdParams.causal.offset == 208
     assert _lib.FwdParams.window_left.offset == 216

@@ -2,9 +2,8 @@
 config, no downloads) with flash3 as their attention implementation, against
 the same weights with transformers' own attention (SDPA for Llama, eager for
 gpt-oss, whose sinks SDPA lacks): logits, one training step's gradients (the
-sinks frozen: flash3 does not compute their gradient yet), and a decoding
-step with a KV cache, under the DESIGN.md 3 rule (fp32 is the reference,
-bf16 the low-precision baseline)."""
+sinks' included), and a decoding step with a KV cache, under the DESIGN.md 3
+rule (fp32 is the reference, bf16 the low-precision baseline)."""
 
 import pytest
 
@@ -13,7 +12,6 @@ from hopper import require_hopper
 torch = require_hopper()
 pytest.importorskip("transformers")
 
-import flash3  # noqa: E402
 import flash3.hf_transformers as hf  # noqa: E402
 
 from attention_checks import assert_rule, require_built  # noqa: E402
@@ -26,7 +24,7 @@ REF, LOWP, FLASH3 = "ref", "lowp", "flash3"
 @pytest.fixture(params=["llama", "gpt_oss"])
 def models(request, seed):
     """{REF: fp32 with transformers' attention, LOWP: the same in bf16, FLASH3: bf16 with flash3}.
-    gpt-oss: sinks (frozen) on both layers, a sliding window of 64 (< the tests' lengths) on one."""
+    gpt-oss: sinks on both layers, a sliding window of 64 (< the tests' lengths) on one."""
     require_built("bf16", 64)
     if request.param == "llama":
         config, baseline = tiny_llama_config(), "sdpa"
@@ -36,7 +34,7 @@ def models(request, seed):
         baseline = "eager"
     variants = {REF: (torch.float32, baseline), LOWP: (torch.bfloat16, baseline),
                 FLASH3: (torch.bfloat16, hf.NAME)}
-    built = model_variants(config, list(variants.values()), "cuda", seed, frozen=("sinks",))
+    built = model_variants(config, list(variants.values()), "cuda", seed)
     return {name: built[variant] for name, variant in variants.items()}
 
 
@@ -64,11 +62,3 @@ def test_decoding_step_with_kv_cache(models, seed):
         logits[variant] = model(input_ids=input_ids[:, -1:], past_key_values=past).logits
     assert_rule("decode logits", logits[FLASH3], logits[REF], logits[LOWP], seed)
 
-
-def test_gpt_oss_sinks_that_need_their_gradient_are_refused(seed):
-    require_built("bf16", 64)
-    config = tiny_gpt_oss_config()
-    model = model_variants(config, [(torch.bfloat16, hf.NAME)], "cuda", seed)[(torch.bfloat16, hf.NAME)]
-    input_ids = torch.randint(0, 512, (1, 33), device="cuda")
-    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient is not computed"):
-        model(input_ids=input_ids, labels=input_ids)

@@ -93,8 +93,8 @@ def test_op_schema():
     schema = str(torch.ops.flash3.bwd.default._schema)
     assert schema == ("flash3::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
                       "Tensor lse, float? softmax_scale, bool causal, bool deterministic, "
-                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0.) "
-                      "-> (Tensor, Tensor, Tensor)"), schema
+                      "SymInt window_left=-1, SymInt window_right=-1, float softcap=0., "
+                      "Tensor? sinks=None) -> (Tensor, Tensor, Tensor, Tensor)"), schema
 
 
 def test_reference_matches_sdpa_math_in_fp64():
@@ -192,15 +192,14 @@ def test_sinks_are_checked():
         torch.ops.flash3.fwd(q, k, v, None, False, sinks=sinks)
 
 
-def test_sinks_that_need_their_gradient_are_refused():
+def test_meta_backward_gives_sink_gradient_shapes():
     q, k, v = qkv(device="meta")
-    sinks = torch.zeros(4, device="meta", requires_grad=True)
-    with pytest.raises(flash3.Flash3Unsupported, match=r"sinks: their gradient is not computed "
-                                                        r"yet .* pass sinks.detach\(\)"):
-        flash3.flash_attn_func(q, k, v, sinks=sinks)
-    with torch.no_grad():
-        assert flash3.flash_attn_func(q, k, v, sinks=sinks).shape == q.shape
-    assert flash3.flash_attn_func(q, k, v, sinks=sinks.detach()).shape == q.shape
+    out, lse = torch.ops.flash3.fwd(q, k, v, None, False)
+    grads = torch.ops.flash3.bwd(out, q, k, v, out, lse, None, False, False)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape, (0,)]
+    sinks = torch.zeros(4, device="meta")
+    dsinks = torch.ops.flash3.bwd(out, q, k, v, out, lse, None, False, False, sinks=sinks)[3]
+    assert dsinks.shape == (4,) and dsinks.dtype == torch.float32
 
 
 @pytest.mark.parametrize("window_size, pattern", [
@@ -242,23 +241,18 @@ def test_autograd_registration_on_cpu(monkeypatch):
 
     def backward(*args):
         calls.append(args)
-        return tuple(x.grad for x in leaves)
+        sinks = args[-1]
+        return (*(x.grad for x in leaves), ops._empty_dsinks(q, sinks).fill_(0.5))
 
     monkeypatch.setattr(ops, "_forward", _reference_forward)
     monkeypatch.setattr(ops, "_backward", backward)
     flash3.flash_attn_func(q, k, v, deterministic=True, **mask).backward(dout)
-    (got_dout, *_, scale, causal, deterministic, left, right, softcap), = calls
+    (got_dout, *_, scale, causal, deterministic, left, right, softcap, sinks), = calls
     assert torch.equal(got_dout, dout) and (scale, causal, deterministic) == (None, True, True)
-    assert (left, right, softcap) == (3, 0, 5.0)
+    assert (left, right, softcap, sinks) == (3, 0, 5.0, None)
     for got, want in zip((q, k, v), leaves):
         assert torch.equal(got.grad, want.grad)
-    # Fixed sinks: gradients for q, k, v. Sinks that need their gradient: refused, by
-    # flash_attn_func before the forward and by the op's backward when called directly.
-    sinks = torch.randn(4)
+    # Sinks in the model's dtype get their gradient back in it, through the fp32 copy.
+    sinks = torch.randn(4, dtype=torch.bfloat16, requires_grad=True)
     flash3.flash_attn_func(q, k, v, sinks=sinks).sum().backward()
-    sinks.requires_grad_()
-    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient"):
-        flash3.flash_attn_func(q, k, v, sinks=sinks)
-    out, _ = torch.ops.flash3.fwd(q, k, v, None, False, sinks=sinks)
-    with pytest.raises(flash3.Flash3Unsupported, match="sinks: their gradient"):
-        out.sum().backward()
+    assert sinks.grad.dtype == torch.bfloat16 and (sinks.grad == 0.5).all()

@@ -30,8 +30,9 @@ class Flash3Backend:
         return torch.ops.flash3.fwd.default(q, k, v, softmax_scale, causal, self.deterministic)
 
     def backward(self, dout, q, k, v, out, lse, causal, softmax_scale):
-        return torch.ops.flash3.bwd.default(dout, q, k, v, out, lse.contiguous(), softmax_scale,
-                                            causal, self.deterministic)
+        dq, dk, dv, _ = torch.ops.flash3.bwd.default(dout, q, k, v, out, lse.contiguous(),
+                                                     softmax_scale, causal, self.deterministic)
+        return dq, dk, dv
 
 
 class ReferenceBackend:
