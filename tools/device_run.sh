@@ -4,7 +4,7 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_det|window|ablation]...
+# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|ablation]...
 #        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,9 @@ for step in $steps; do
     bench_bwd)
       timeout 300 python3 -m flash3.bench --bwd --json "$out/bench_bwd.json" 2>&1 |
         tee "$out/bench_bwd.log" ;;
+    bench_bwd_sinks)  # flash3's backward with a sink per head and its gradient
+      timeout 300 python3 -m flash3.bench --bwd --sinks --backends flash3,cudnn \
+        --json "$out/bench_bwd_sinks.json" 2>&1 | tee "$out/bench_bwd_sinks.log" ;;
     bench_bwd_det)
       timeout 300 python3 -m flash3.bench --bwd --deterministic --json "$out/bench_bwd_det.json" 2>&1 |
         tee "$out/bench_bwd_det.log" ;;

@@ -58,12 +58,19 @@ def parse_args(argv):
                    help=f"comma list of {','.join(BACKENDS)} (default all; math only in the forward)")
     p.add_argument("--overhead", action="store_true",
                    help="only measure host overhead: us per call of a tiny attention (CUDA events, 1000 calls)")
+    p.add_argument("--sinks", action="store_true",
+                   help="flash3 with a learnable sink logit per head (with --bwd also its gradient); "
+                        "the other backends have no sinks and run plain attention")
     p.add_argument("--window", type=int, default=None, metavar="LEFT",
                    help="only flash3's sliding window (LEFT, 0) with causal against full causal "
                         "and full attention (default seqlen 32768, batch 1; with --bwd the backward)")
     args = p.parse_args(argv)
     if args.deterministic and not args.bwd:
         p.error("--deterministic: only with --bwd (it selects flash3's backward mode)")
+    if args.sinks and (args.window is not None or args.overhead):
+        p.error("--sinks: only for the training shapes (not with --window or --overhead)")
+    if args.sinks and args.check:
+        p.error("--sinks: not with --check (SDPA has no sinks to compare with)")
     for name in args.backends or ():
         if name not in BACKENDS:
             p.error(f"--backends: each must be one of {', '.join(BACKENDS)}; got {name!r}")
@@ -138,8 +145,9 @@ def _make_timer(torch, quick):
     return "CUDA events median", cuda_events
 
 
-def _backend_calls(torch, q, k, v, causal, deterministic=False, names=BACKENDS):
-    """name -> (context manager factory, fn) for the public call of each backend in names."""
+def _backend_calls(torch, q, k, v, causal, deterministic=False, names=BACKENDS, sinks=None):
+    """name -> (context manager factory, fn) for the public call of each backend
+    in names; sinks (per-head logits) go to flash3 only."""
     import contextlib
 
     import torch.nn.functional as F
@@ -151,7 +159,8 @@ def _backend_calls(torch, q, k, v, causal, deterministic=False, names=BACKENDS):
     sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
     calls = {
         "flash3": (contextlib.nullcontext,
-                   lambda: flash3.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)),
+                   lambda: flash3.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic,
+                                                 sinks=sinks)),
         "cudnn": (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION), sdpa),
         "fa2": (lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION), sdpa),
         "math": (lambda: sdpa_kernel(SDPBackend.MATH), sdpa),
@@ -379,6 +388,8 @@ def run(args):
               f"(sm_{major}{minor}): flash3 will show n/a", file=sys.stderr, flush=True)
     env["pass"] = ("deterministic backward" if args.deterministic else "backward") if args.bwd \
         else "forward"
+    if args.sinks:
+        env["pass"] += " (flash3 with sinks)"
     if args.bwd:
         env["flops"] = "2.5 x forward: 10*b*h*sq*sk*d, halved for causal with sq == sk"
     print(f"flash3 bench: {env['pass']}, {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
@@ -393,7 +404,9 @@ def run(args):
         b, s, h, d = shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"]
         q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda", requires_grad=args.bwd)
                    for _ in range(3))
-        calls = _backend_calls(torch, q, k, v, shape["causal"], args.deterministic, names)
+        sinks = (torch.randn(h, dtype=torch.float32, device="cuda", requires_grad=args.bwd)
+                 if args.sinks else None)
+        calls = _backend_calls(torch, q, k, v, shape["causal"], args.deterministic, names, sinks)
         check = _check(torch, calls, args.dtype, log) if args.check else None
         if check is not None and not check["ok"]:
             failed_checks += 1
@@ -402,13 +415,14 @@ def run(args):
             flops = flops * 5 // 2
         ms, tflops, peak_mib = {}, {}, {}
         for name, (context, fn) in calls.items():
+            leaves = (q, k, v, sinks) if name == "flash3" and args.sinks else (q, k, v)
             try:
                 with context():
-                    timed = _backward_call(torch, fn, (q, k, v)) if args.bwd else fn
+                    timed = _backward_call(torch, fn, leaves) if args.bwd else fn
                     ms[name] = time_ms(timed)
                     del timed
                     if args.bwd:
-                        peak_mib[name] = _peak_training_step_mib(torch, fn, (q, k, v))
+                        peak_mib[name] = _peak_training_step_mib(torch, fn, leaves)
                 tflops[name] = flops / (ms[name] * 1e-3) / 1e12
             except Exception as e:  # noqa: BLE001 - a backend may not support a shape
                 log(name, e)
@@ -419,7 +433,7 @@ def run(args):
                 f"{n} {v:.0f}" for n, v in peak_mib.items() if v is not None), flush=True)
         results.append({**shape, "flops": flops, "ms": ms, "tflops": tflops, "check": check,
                         **({"peak_mib": peak_mib} if args.bwd else {})})
-        del q, k, v, calls
+        del q, k, v, sinks, calls
 
     with open(args.json, "w") as f:
         json.dump({"environment": env, "results": results}, f, indent=1)

@@ -34,6 +34,10 @@ def test_parse_args():
     assert args.window == 4096 and args.seqlens == (bench.WINDOW_SEQLEN,)
     with pytest.raises(SystemExit):
         bench.parse_args(["--window", "-1"])
+    assert bench.parse_args(["--bwd", "--sinks"]).sinks
+    for bad in (["--sinks", "--check"], ["--sinks", "--window", "64"], ["--sinks", "--overhead"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
 
 
 def test_row_shows_na_and_ratio():
