@@ -27,8 +27,9 @@ extern "C" {
  * struct starts with its size and new fields are appended: fields past a
  * caller's struct_size take their _init defaults.
  * v2: window_left, window_right, softcap in both params structs.
- * v3: sinks (both), dsinks (backward). */
-#define FLASH3_ABI_VERSION 3
+ * v3: sinks in flash3_fwd_params.
+ * v4: sinks and dsinks in flash3_bwd_params. */
+#define FLASH3_ABI_VERSION 4
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -113,7 +114,7 @@ typedef struct flash3_bwd_params {
   int32_t window_left;
   int32_t window_right;
   float softcap;
-  /* v3: the forward's sinks (or NULL), and optionally (NULL: not computed)
+  /* v4: the forward's sinks (or NULL), and optionally (NULL: not computed)
    * dsinks, (num_heads_q) fp32, written; needs sinks. */
   const float* sinks;
   float* dsinks;

@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent

@@ -12,8 +12,7 @@ a name without a mask function, so padding would silently be ignored.
 What flash3 computes here is dense causal or full attention over the whole
 key sequence (GQA/MQA included, seqlen_q != seqlen_k aligned bottom-right,
 as in decoding with a dynamic cache), with sinks where the model has them
-(gpt-oss's `s_aux`; flash3 does not compute their gradient yet, so training
-needs them frozen), and
+(gpt-oss's `s_aux`, with their gradient), and
 transformers' sliding-window causal masks (Mistral, gpt-oss) as flash3's
 window. Anything else a model may ask for raises `flash3.Flash3Unsupported`
 naming it, instead of computing something else: padding masks, packed

@@ -20,15 +20,15 @@ constexpr uint64_t kFwdParamsSizeV2 = 232;
 constexpr uint64_t kFwdParamsSizeV3 = 240;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
-static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_fwd_params) == kFwdParamsSizeV3,
+static_assert(FLASH3_ABI_VERSION != 4 || sizeof(flash3_fwd_params) == kFwdParamsSizeV3,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
-constexpr uint64_t kBwdParamsSizeV2 = 408;
-constexpr uint64_t kBwdParamsSizeV3 = 424;
+constexpr uint64_t kBwdParamsSizeV2 = 408;  // unchanged in v3
+constexpr uint64_t kBwdParamsSizeV4 = 424;
 static_assert(offsetof(flash3_bwd_params, window_left) == kBwdParamsSizeV1);
 static_assert(offsetof(flash3_bwd_params, sinks) == kBwdParamsSizeV2);
-static_assert(FLASH3_ABI_VERSION != 3 || sizeof(flash3_bwd_params) == kBwdParamsSizeV3,
+static_assert(FLASH3_ABI_VERSION != 4 || sizeof(flash3_bwd_params) == kBwdParamsSizeV4,
               "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.

@@ -35,8 +35,8 @@ struct BwdKernelParams {
   // launch in reverse (deterministic banded, DQAccumulator::turn).
   int n_block_flip;
   // With the sinks' gradient: (heads_q) sink logits, and the kernel writes
-  // each (batch, head, key block)'s share of sum_i P_sink,i sum_j P_ij dP_ij
-  // to ws.sink_partials. Null otherwise.
+  // each (batch, head, key block)'s share of sum_j P_sink,j sum_i P_ij
+  // (dP_ij - D_j) to ws.sink_partials (bwd_mainloop.cuh). Null otherwise.
   float const* sinks;
 };
 

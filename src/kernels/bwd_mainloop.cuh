@@ -147,8 +147,12 @@ struct BwdMainloop {
 
     Mask const mask{p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
     bool const softcap = p.softcap_input_scale != 0.f;
-    // The sinks' gradient is -sum_i P_sink,i D_i with D_i = sum_j P_ij dP_ij,
-    // taken here in fp32 (D from the bf16 output is not accurate enough).
+    // The sinks' gradient is -sum_j P_sink,j sum_i P_ij dP_ij (j: queries, i:
+    // keys); D_j = rowsum(dO O) from the rounded output is not accurate enough
+    // for it. Each CTA adds sum_j P_sink,j sum_i P_ij (dP_ij - D_j), the sum
+    // of dS without softcap's factor; bwd_sink_grad_kernel adds the missing
+    // P_sink,j D_j (1 - P_sink,j) per query (sum_i P_ij = 1 - P_sink,j), in
+    // which D's error cancels.
     float const sink_log2 = p.sinks != nullptr ? p.sinks[head] * float(M_LOG2E) : 0.f;
     float sink_sum = 0.f;
     for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
@@ -183,16 +187,20 @@ struct BwdMainloop {
       auto const probability = [&](float s, float lse_j) {
         return fast_exp2(fmaf(s, p.scale_log2, -lse_j));
       };
-      if (p.sinks != nullptr) {  // before dS overwrites dP
+      // P_sink of query j (0 for padding, whose lse is +inf) times its column's sum.
+      auto const add_sink_share = [&](float lse_j, float column) {
+        sink_sum = fmaf(fast_exp2(sink_log2 - lse_j), column, sink_sum);
+      };
+      if (p.sinks != nullptr && softcap) {  // dS will carry tanh's derivative: sum before
         CUTE_UNROLL
         for (int j = 0; j < kCols; ++j) {
-          float const lse_j = lse[get<1>(coords(0, j))];
+          int const col = get<1>(coords(0, j));
+          float const lse_j = lse[col], dpsum_j = dpsum[col];
           float column = 0.f;
           CUTE_UNROLL
           for (int i = 0; i < size<0>(dp); ++i)
-            column = fmaf(probability(scores(i, j), lse_j), dp(i, j), column);
-          // P_sink of query j (0 for padding, whose lse is +inf).
-          sink_sum = fmaf(fast_exp2(sink_log2 - lse_j), column, sink_sum);
+            column = fmaf(probability(scores(i, j), lse_j), dp(i, j) - dpsum_j, column);
+          add_sink_share(lse_j, column);
         }
       }
       if (softcap) {
@@ -217,6 +225,15 @@ struct BwdMainloop {
           for (int i = 0; i < size<0>(dp); ++i) {
             scores(i, j) = probability(scores(i, j), lse_j);
             dp(i, j) = scores(i, j) * (dp(i, j) - dpsum_j);
+          }
+        }
+        if (p.sinks != nullptr) {  // dS itself: no exps again
+          CUTE_UNROLL
+          for (int j = 0; j < kCols; ++j) {
+            float column = 0.f;
+            CUTE_UNROLL
+            for (int i = 0; i < size<0>(dp); ++i) column += dp(i, j);
+            add_sink_share(lse[get<1>(coords(0, j))], column);
           }
         }
       }

@@ -57,18 +57,28 @@ __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t
   for (int c = lane; c < head_dim / 4; c += 32) accum[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-// One CTA per query head: dsinks[h] = -(the sum of the main kernel's
-// partials over batch and key block). Each thread adds its partials in
-// order, then a fixed tree: the same bits on every run.
+// One CTA per query head: dsinks[h] = -(the main kernel's partials, summed
+// over batch and key block, plus P_sink D (1 - P_sink) of every query row:
+// bwd_mainloop.cuh says why). Each thread adds its terms in order, then a
+// fixed tree: the same bits on every run.
 constexpr int kSinkThreads = 256;
 
 __global__ void __launch_bounds__(kSinkThreads)
-    bwd_sink_grad_kernel(float* dsinks, const float* partials, int batch, int heads, int key_blocks) {
+    bwd_sink_grad_kernel(float* dsinks, const float* sinks, BwdWorkspaceView ws, int batch,
+                         int heads) {
   int const h = blockIdx.x;
+  float const sink_log2 = sinks[h] * float(M_LOG2E);
   float sum = 0.f;
-  for (int i = threadIdx.x; i < batch * key_blocks; i += kSinkThreads) {
-    int const b = i / key_blocks, n = i % key_blocks;
-    sum += partials[(int64_t(b) * heads + h) * key_blocks + n];
+  for (int i = threadIdx.x; i < batch * ws.sink_key_blocks; i += kSinkThreads) {
+    int const b = i / ws.sink_key_blocks, n = i % ws.sink_key_blocks;
+    sum += ws.sink_partials[(int64_t(b) * heads + h) * ws.sink_key_blocks + n];
+  }
+  for (int i = threadIdx.x; i < batch * ws.seqlen_q_rounded; i += kSinkThreads) {
+    int const b = i / ws.seqlen_q_rounded, q = i % ws.seqlen_q_rounded;
+    int64_t const row = (int64_t(b) * heads + h) * ws.seqlen_q_rounded + q;
+    // Padding has lse +inf (P_sink 0); a row that saw no key, lse = the sink (P_sink 1).
+    float const p_sink = exp2f(sink_log2 - ws.lse_log2[row]);
+    sum += p_sink * ws.dpsum[row] * (1.f - p_sink);
   }
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
   __shared__ float warp_sums[kSinkThreads / 32];
@@ -110,8 +120,8 @@ cudaError_t run_bwd_preprocess(const BackwardParams& p, const BwdWorkspaceView& 
 }
 
 cudaError_t run_bwd_sink_grad(const BackwardParams& p, const BwdWorkspaceView& ws, cudaStream_t stream) {
-  bwd_sink_grad_kernel<<<p.heads_q, kSinkThreads, 0, stream>>>(p.dsinks, ws.sink_partials, p.batch,
-                                                                 p.heads_q, ws.sink_key_blocks);
+  bwd_sink_grad_kernel<<<p.heads_q, kSinkThreads, 0, stream>>>(p.dsinks, p.sinks, ws, p.batch,
+                                                                 p.heads_q);
   return cudaGetLastError();
 }
 

@@ -17,7 +17,7 @@ struct BwdWorkspaceView {
                       // query block's tile in the order of dq_accumulator.cuh
   int* dq_semaphore;  // (batch, heads_q, seqlen_q_rounded / block_m): key blocks that have added to dQ
   // With dsinks: (batch, heads_q, sink_key_blocks), each key block's share of
-  // sum_i P_sink,i sum_j P_ij dP_ij (written by the main kernel); else null.
+  // sum_j P_sink,j sum_i P_ij (dP_ij - D_j) (written by the main kernel); else null.
   float* sink_partials;
   int seqlen_q_rounded;
   int sink_key_blocks;
@@ -33,8 +33,8 @@ cudaError_t run_bwd(const BackwardParams& params, const BwdWorkspaceView& ws, cu
 // Writes lse_log2 and dpsum, and zeroes dq_accum and dq_semaphore.
 cudaError_t run_bwd_preprocess(const BackwardParams& params, const BwdWorkspaceView& ws,
                                cudaStream_t stream);
-// dsinks[h] = -sum over (batch, key block) of the main kernel's partials, in
-// a fixed order (after run_bwd).
+// dsinks[h] from the main kernel's partials and the row statistics, in a
+// fixed order (after run_bwd).
 cudaError_t run_bwd_sink_grad(const BackwardParams& params, const BwdWorkspaceView& ws,
                               cudaStream_t stream);
 // Writes zeros into a (batch, seqlen, heads, head_dim) tensor of 16-bit

@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 3
+    assert _lib.abi_version() == _lib.ABI_VERSION == 4
 
 
 def test_build_info_lists_configurations():
@@ -73,7 +73,7 @@ def test_build_info_lists_configurations():
 
 def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
-    # the v2 fields start where v1's struct ended, the v3 ones where v2's did.
+    # each version's fields start where the previous version's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
     assert ctypes.sizeof(_lib.FwdParams) == 240
     assert ctypes.sizeof(_lib.BwdParams) == 424
