@@ -88,8 +88,10 @@ def _check_sinks(sinks, q):
 
 def _sinks_as_fp32(sinks):
     # Sinks are often kept in the model's dtype; the kernels read fp32.
-    if sinks is None or not isinstance(sinks, torch.Tensor):
-        return sinks
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor):
+        raise _invalid(f"sinks: expected a tensor of shape (heads_q,) or None; got {type(sinks).__name__}")
     return sinks.to(_FLOAT32).contiguous()
 
 
@@ -409,9 +411,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     """
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
     softcap = float(softcap)
+    sinks = _sinks_as_fp32(sinks)
     if sinks is not None and torch.is_grad_enabled() and sinks.requires_grad:
         raise _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, _SINKS_GRADIENT)
-    sinks = _sinks_as_fp32(sinks)
     if _can_skip_dispatcher(q, k, v) and (sinks is None or type(sinks) is _Tensor):
         # No autograd here (_can_skip_dispatcher), so the LSE is needed only if returned.
         out, lse = _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
