@@ -88,8 +88,10 @@ def _check_sinks(sinks, q):
 
 def _sinks_as_fp32(sinks):
     # Sinks are often kept in the model's dtype; the kernels read fp32.
-    if sinks is None or not isinstance(sinks, torch.Tensor):
-        return sinks
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor):
+        raise _invalid(f"sinks: expected a tensor of shape (heads_q,) or None; got {type(sinks).__name__}")
     return sinks.to(_FLOAT32).contiguous()
 
 

@@ -182,6 +182,7 @@ def test_sinks_are_checked():
                                          r"\(4,\) \(one logit per query head\); got torch.float32 \(3,\)"),
         (torch.zeros(4, 1, device="meta"), r"sinks: expected .* got torch.float32 \(4, 1\)"),
         (torch.zeros(4), r"sinks: must be on q's device \(meta\); got cpu"),
+        ([0.0] * 4, r"sinks: expected a tensor of shape \(heads_q,\) or None; got list"),
     ]:
         with pytest.raises(flash3.Flash3InvalidArgument, match=pattern):
             flash3.flash_attn_func(q, k, v, sinks=sinks)
