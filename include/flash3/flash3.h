@@ -28,7 +28,8 @@ extern "C" {
  * caller's struct_size take their _init defaults.
  * v2: window_left, window_right, softcap in both params structs.
  * v3: sinks in flash3_fwd_params.
- * v4: sinks and dsinks in flash3_bwd_params. */
+ * v4: sinks and dsinks in flash3_bwd_params; varlen (cu_seqlens_q/k, seqused_q/k,
+ *     total_q/k) in flash3_fwd_params. */
 #define FLASH3_ABI_VERSION 4
 
 typedef enum flash3_status {
@@ -78,6 +79,20 @@ typedef struct flash3_fwd_params {
    * query head joining every row's softmax denominator with a zero value
    * vector (gpt-oss); lse includes it. */
   const float* sinks;
+  /* v4. Optional (NULL) variable-length batch: q, k, v and out hold `batch`
+   * sequences packed along seqlen, (1, total_q or total_k, heads, head_dim)
+   * (stride[0] ignored). cu_seqlens_q/k: (batch + 1) int32 device arrays,
+   * sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1]); optional
+   * seqused_q/k, (batch) int32: instead seqused[b] rows from cu_seqlens[b].
+   * seqlen_q / seqlen_k are the longest lengths (seqlen_q sizes the grid).
+   * Masks align to each sequence's bottom-right corner; lse is (num_heads_q,
+   * total_q). Both cu_seqlens or neither. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqused_q;
+  const int32_t* seqused_k;
+  int32_t total_q;
+  int32_t total_k;
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */

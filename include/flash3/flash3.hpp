@@ -50,11 +50,28 @@ struct ForwardParams {
   // score with a zero value vector: out = sum_j exp(s_j) v_j / (sum_j
   // exp(s_j) + exp(sink)). lse includes the sink.
   const float* sinks = nullptr;
+  // Optional variable-length batch (varlen): q, k, v and out hold `batch`
+  // sequences packed along the seqlen dimension, (1, total_q or total_k,
+  // heads, head_dim) (stride[0] is ignored). cu_seqlens_q / cu_seqlens_k:
+  // (batch + 1) int32 device arrays, sequence b is rows [cu_seqlens[b],
+  // cu_seqlens[b + 1]); seqused_q / seqused_k (optional, (batch) int32): the
+  // sequence is instead seqused[b] rows from cu_seqlens[b]. seqlen_q and
+  // seqlen_k are the longest sequence's lengths: seqlen_q sizes the grid
+  // (rows of a longer sequence past it are not computed). Masks align to each
+  // sequence's own bottom-right corner; lse is (heads_q, total_q). Rows in no
+  // sequence are not written. Both cu_seqlens or neither.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_q = nullptr;
+  const int32_t* seqused_k = nullptr;
+  int total_q = 0;  // varlen only: rows of the packed q and out
+  int total_k = 0;  // varlen only: rows of the packed k and v
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message
 // is in last_error(). batch == 0 or seqlen_q == 0 is a no-op; seqlen_k == 0
-// writes out = 0 and lse = -inf (the sink's logit with sinks: rows that see no key).
+// writes out = 0 and lse = -inf (the sink's logit with sinks: rows that see no
+// key); with varlen, total_k == 0 does so for all total_q rows.
 Status forward(const ForwardParams& params, cudaStream_t stream);
 
 struct BackwardParams {

@@ -17,6 +17,7 @@ from ._version import __version__
 # Public names that need torch, resolved lazily (PEP 562).
 _TORCH_ATTRIBUTES = {
     "flash_attn_func": "ops",
+    "flash_attn_varlen_func": "varlen",
     "attention_ref": "reference",
 }
 
@@ -39,6 +40,7 @@ def __dir__():
 __all__ = [
     "__version__",
     "flash_attn_func",
+    "flash_attn_varlen_func",
     "attention_ref",
     "Flash3Error",
     "Flash3InvalidArgument",

@@ -100,6 +100,12 @@ class FwdParams(ctypes.Structure):
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
         ("sinks", ctypes.c_void_p),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("seqused_q", ctypes.c_void_p),
+        ("seqused_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int32),
+        ("total_k", ctypes.c_int32),
     ]
 
     def __init__(self, **fields):
@@ -149,15 +155,16 @@ class BwdParams(ctypes.Structure):
 # The hot path fills FwdParams with one struct.pack_into call instead of ~30
 # ctypes attribute stores (each a few hundred ns; nested-struct access also
 # allocates a proxy object). Layout: struct_size, then q, k, v, out as
-# (pointer, 4 x int64), then the lse pointer, the scalars and the sinks pointer. Native
-# alignment ('@') reproduces the C layout; checked against FwdParams below.
-# v1_padding is a pad ('4x'), not a value.
-_FWD_PACKER = struct.Struct("@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i" + "4x" + "2i" + "f" + "P")
+# (pointer, 4 x int64), then the lse pointer, the scalars, the sinks pointer, and
+# varlen's four pointers and two totals. Native alignment ('@') reproduces the C
+# layout; checked against FwdParams below. v1_padding is a pad ('4x'), not a value.
+_FWD_PACKER = struct.Struct(
+    "@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i" + "4x" + "2i" + "f" + "P" + "4P" + "2i")
 
 
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
-    last = FwdParams.sinks
+    last = FwdParams.total_k
     if _FWD_PACKER.size != last.offset + last.size:
         raise ImportError(
             f"flash3: internal layout mismatch: packer {_FWD_PACKER.size} bytes, "
@@ -322,7 +329,7 @@ class FwdLauncher:
     def __call__(self, stream, fields):
         """`fields`: the values of FwdParams after struct_size, in order, with
         each tensor flattened to (data, stride0, stride1, stride2, stride3)
-        and lse and sinks as addresses (0 for NULL)."""
+        and lse, sinks and varlen's arrays as addresses (0 for NULL)."""
         params, address = self._params()
         try:
             _FWD_PACKER.pack_into(params, 0, self._size, *fields)

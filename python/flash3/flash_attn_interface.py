@@ -14,6 +14,7 @@ difference.
 
 from . import _lib
 from .ops import flash_attn_func as _flash3_attn_func
+from .varlen import flash_attn_varlen_func as _flash3_varlen_func
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
            "flash_attn_combine", "get_scheduler_metadata"]
@@ -60,10 +61,44 @@ def flash_attn_func(
                              window_size=tuple(window_size), softcap=softcap)
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           *args, **kwargs):
-    """Variable-length batches: not in flash3 yet (the varlen issue)."""
-    raise _unsupported("flash_attn_varlen_func (variable-length batches)")
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    seqused_q=None,
+    seqused_k=None,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None, k_descale=None, v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """Packed variable-length batches as FA3 takes them: q (total_q, nheads,
+    headdim), k, v (total_k, nheads_k, headdim), cu_seqlens (batch + 1,)
+    int32; returns out, or (out, softmax_lse (nheads, total_q)). Forward
+    only for now (flash3.flash_attn_varlen_func refuses inputs that require
+    grad). deterministic is about the backward and accepted; num_splits,
+    pack_gqa and sm_margin are ignored hints as in flash_attn_func."""
+    for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
+                        ("v_descale", v_descale)):
+        _require_default(name, value, None)
+    _require_default("attention_chunk", attention_chunk, 0)
+    return _flash3_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               softmax_scale=softmax_scale, causal=causal,
+                               window_size=tuple(window_size), softcap=softcap,
+                               seqused_q=seqused_q, seqused_k=seqused_k,
+                               return_lse=return_attn_probs)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, *args, **kwargs):

@@ -135,28 +135,50 @@ _current_device = _public_or_private("_cuda_getDevice", lambda: torch.cuda.curre
 _launcher = None
 
 
+_NO_VARLEN = (0, 0, 0, 0, 0, 0)
+
+
+def _address(t):
+    return 0 if t is None else t.data_ptr()
+
+
 def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_right=-1,
-            softcap=0.0, sinks=None):
+            softcap=0.0, sinks=None, varlen=None):
     """flash3_fwd into caller-provided out/lse (lse may be None), on the
     current stream of q's device. The op below uses it; tests call it
-    directly with NaN-poisoned buffers."""
+    directly with NaN-poisoned buffers. varlen: None, or (cu_seqlens_q,
+    cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) with q,
+    k, v, out packed (total, heads, head_dim) (varlen.py checks them)."""
     global _launcher
     if _launcher is None:
         _launcher = _lib.FwdLauncher()
-    batch, seqlen_q, num_heads_q, head_dim = q.shape
-    _, seqlen_k, num_heads_kv, _ = k.shape
+    if varlen is None:
+        batch, seqlen_q, num_heads_q, head_dim = q.shape
+        _, seqlen_k, num_heads_kv, _ = k.shape
+        strides = (q.stride(), k.stride(), v.stride(), out.stride())
+        varlen_fields = _NO_VARLEN
+    else:
+        cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, seqlen_q, seqlen_k = varlen
+        batch = cu_seqlens_q.shape[0] - 1
+        total_q, num_heads_q, head_dim = q.shape
+        total_k, num_heads_kv, _ = k.shape
+        # One packed batch entry: the batch stride is never used.
+        strides = tuple((0, *t.stride()) for t in (q, k, v, out))
+        varlen_fields = (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), _address(seqused_q),
+                         _address(seqused_k), total_q, total_k)
     device = q.get_device()
     # Field order of flash3_fwd_params after struct_size.
     fields = (
-        q.data_ptr(), *q.stride(),
-        k.data_ptr(), *k.stride(),
-        v.data_ptr(), *v.stride(),
-        out.data_ptr(), *out.stride(),
-        0 if lse is None else lse.data_ptr(),
+        q.data_ptr(), *strides[0],
+        k.data_ptr(), *strides[1],
+        v.data_ptr(), *strides[2],
+        out.data_ptr(), *strides[3],
+        _address(lse),
         _ABI_DTYPE[q.dtype], batch, seqlen_q, seqlen_k, num_heads_q, num_heads_kv, head_dim,
         _abi_scale(softmax_scale), 1 if causal else 0,
         window_left, window_right, float(softcap),
-        0 if sinks is None else sinks.data_ptr(),
+        _address(sinks),
+        *varlen_fields,
     )
     # The library launches on the current device; the stream must belong to it.
     if device == _current_device():

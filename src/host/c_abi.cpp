@@ -18,9 +18,11 @@ using flash3::host::CheckResult;
 constexpr uint64_t kFwdParamsSizeV1 = 216;
 constexpr uint64_t kFwdParamsSizeV2 = 232;
 constexpr uint64_t kFwdParamsSizeV3 = 240;
+constexpr uint64_t kFwdParamsSizeV4 = 280;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
-static_assert(FLASH3_ABI_VERSION != 4 || sizeof(flash3_fwd_params) == kFwdParamsSizeV3,
+static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
+static_assert(FLASH3_ABI_VERSION != 4 || sizeof(flash3_fwd_params) == kFwdParamsSizeV4,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
@@ -71,6 +73,12 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.window_right = p.window_right;
   out.softcap = p.softcap;
   out.sinks = p.sinks;
+  out.cu_seqlens_q = p.cu_seqlens_q;
+  out.cu_seqlens_k = p.cu_seqlens_k;
+  out.seqused_q = p.seqused_q;
+  out.seqused_k = p.seqused_k;
+  out.total_q = p.total_q;
+  out.total_k = p.total_k;
   return out;
 }
 

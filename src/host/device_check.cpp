@@ -103,13 +103,18 @@ CheckResult check_used_pointers(std::initializer_list<UsedPointer> pointers, int
 }  // namespace
 
 CheckResult check_device_pointers(const ForwardParams& p, int device) {
-  const bool has_keys = p.seqlen_k > 0;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool has_keys = varlen ? p.total_k > 0 : p.seqlen_k > 0;
   return check_used_pointers({{"q", p.q.data, true},
                               {"k", p.k.data, has_keys},
                               {"v", p.v.data, has_keys},
                               {"out", p.out.data, true},
                               {"lse", p.lse, p.lse != nullptr},
-                              {"sinks", p.sinks, p.sinks != nullptr}},
+                              {"sinks", p.sinks, p.sinks != nullptr},
+                              {"cu_seqlens_q", p.cu_seqlens_q, varlen && has_keys},
+                              {"cu_seqlens_k", p.cu_seqlens_k, varlen && has_keys},
+                              {"seqused_q", p.seqused_q, varlen && has_keys && p.seqused_q != nullptr},
+                              {"seqused_k", p.seqused_k, varlen && has_keys && p.seqused_k != nullptr}},
                              device);
 }
 

@@ -1,6 +1,6 @@
 // flash3::forward: validate -> (no-op?) -> device and pointer checks ->
 // default scale, resolved window -> dispatch to the (dtype, head dim)
-// instantiation.
+// instantiation (or, without keys, the kernel that writes zeros).
 #include <cmath>
 #include <exception>
 #include <new>
@@ -60,7 +60,8 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
 
   // Nothing to compute, so nothing to launch: succeeds without touching the GPU
   // (as torch does for empty tensors).
-  if (params.batch == 0 || params.seqlen_q == 0) {
+  const bool varlen = params.cu_seqlens_q != nullptr;
+  if (params.batch == 0 || params.seqlen_q == 0 || (varlen && params.total_q == 0)) {
     host::clear_last_error();
     return Status::kOk;
   }
@@ -74,9 +75,16 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
     resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
   host::resolve_window(resolved);
 
-  const std::optional<cudaError_t> launched = resolved.seqlen_k == 0
-                                                  ? kernels::run_fwd_empty_keys(resolved, stream)
-                                                  : dispatch(resolved, stream);
+  std::optional<cudaError_t> launched;
+  if (varlen ? resolved.total_k == 0 : resolved.seqlen_k == 0) {
+    if (varlen) {  // the packed rows as one sequence: lse (heads_q, total_q) is that layout
+      resolved.batch = 1;
+      resolved.seqlen_q = resolved.total_q;
+    }
+    launched = kernels::run_fwd_empty_keys(resolved, stream);
+  } else {
+    launched = dispatch(resolved, stream);
+  }
   if (!launched)
     return host::record(CheckResult::fail(
         Status::kInternal, host::cat("flash3 internal error: no kernel to dispatch for dtype ",

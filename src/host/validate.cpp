@@ -97,11 +97,46 @@ CheckResult check_mask(const ForwardParams& p) {
   return {};
 }
 
-// An optional fp32 array: NULL, or aligned for float loads.
-CheckResult check_fp32_pointer(const char* name, const float* pointer) {
-  if (reinterpret_cast<uintptr_t>(pointer) % alignof(float) == 0) return {};
-  return invalid(cat(name, ": pointer must be ", alignof(float), "-byte aligned; got ",
+// An optional array of T: NULL, or aligned for T loads.
+template <class T>
+CheckResult check_aligned_pointer(const char* name, const T* pointer) {
+  if (reinterpret_cast<uintptr_t>(pointer) % alignof(T) == 0) return {};
+  return invalid(cat(name, ": pointer must be ", alignof(T), "-byte aligned; got ",
                      static_cast<const void*>(pointer)));
+}
+CheckResult check_fp32_pointer(const char* name, const float* pointer) {
+  return check_aligned_pointer(name, pointer);
+}
+
+std::string pointer_text(const void* pointer) {
+  return pointer == nullptr ? std::string("NULL") : cat(pointer);
+}
+
+// Varlen's arrays and totals (their contents are on the device: see
+// packed_sequence.cuh for what inconsistent ones do).
+CheckResult check_varlen(const ForwardParams& p) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (varlen != (p.cu_seqlens_k != nullptr))
+    return invalid(cat("cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got "
+                       "cu_seqlens_q = ", pointer_text(p.cu_seqlens_q), ", cu_seqlens_k = ",
+                       pointer_text(p.cu_seqlens_k)));
+  if (!varlen && (p.seqused_q != nullptr || p.seqused_k != nullptr))
+    return invalid(cat("seqused_q / seqused_k: only with cu_seqlens_q and cu_seqlens_k (varlen); "
+                       "got seqused_q = ", pointer_text(p.seqused_q), ", seqused_k = ", pointer_text(p.seqused_k)));
+  if (!varlen) return {};
+  for (CheckResult r : {check_size("total_q", p.total_q, 0), check_size("total_k", p.total_k, 0),
+                        check_aligned_pointer("cu_seqlens_q", p.cu_seqlens_q),
+                        check_aligned_pointer("cu_seqlens_k", p.cu_seqlens_k),
+                        check_aligned_pointer("seqused_q", p.seqused_q),
+                        check_aligned_pointer("seqused_k", p.seqused_k),
+                        check_rows("total_q * num_heads_q", rows(1, p.total_q, p.heads_q)),
+                        check_rows("total_k * num_heads_kv", rows(1, p.total_k, p.heads_kv))})
+    if (!r.ok()) return r;
+  // The per-sequence band (window.hpp) spans key - row differences up to total_q + total_k.
+  if (int64_t{p.total_q} + p.total_k > kMaxRows)
+    return invalid(cat("total_q + total_k must be at most ", kMaxRows, " with varlen; got ",
+                       int64_t{p.total_q} + p.total_k));
+  return {};
 }
 
 std::string supported_head_dims() {
@@ -213,20 +248,24 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   if (p.heads_q % p.heads_kv != 0)
     return invalid(cat("num_heads_q (", p.heads_q, ") must be divisible by num_heads_kv (",
                        p.heads_kv, ")"));
-  if (CheckResult r = check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q));
-      !r.ok())
-    return r;
-  if (CheckResult r = check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv));
-      !r.ok())
-    return r;
+  if (CheckResult r = check_varlen(p); !r.ok()) return r;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (!varlen) {
+    if (CheckResult r = check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q));
+        !r.ok())
+      return r;
+    if (CheckResult r = check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv));
+        !r.ok())
+      return r;
+  }
 
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.f)
     return invalid(cat("softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim)); got ",
                        p.softmax_scale));
   if (CheckResult r = check_mask(p); !r.ok()) return r;
 
-  const bool q_used = p.batch > 0 && p.seqlen_q > 0;
-  const bool kv_used = p.batch > 0 && p.seqlen_k > 0;
+  const bool q_used = p.batch > 0 && p.seqlen_q > 0 && (!varlen || p.total_q > 0);
+  const bool kv_used = p.batch > 0 && (varlen ? p.total_k > 0 : p.seqlen_k > 0);
   const struct {
     const char* name;
     const Tensor4d& tensor;

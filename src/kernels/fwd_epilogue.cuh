@@ -37,12 +37,16 @@ struct FwdEpilogue {
     Tensor coords = make_tensor(tOcO.data(), acc_rowcol_layout(tOcO.layout()));
 
     int const row0 = tile.m_block * Traits::kBlockM;
+    // Varlen: out_batch_stride is 0 and the sequence starts at row offset_q.
     Element* out = p.out + tile.batch * p.out_batch_stride + tile.head * p.out_head_stride +
-                   row0 * p.out_row_stride;
-    float* lse_out = p.lse == nullptr
-                         ? nullptr
-                         : p.lse + (int64_t(tile.batch) * p.heads_q + tile.head) * p.seqlen_q + row0;
-    int const rows_left = p.seqlen_q - row0;
+                   (tile.offset_q + row0) * p.out_row_stride;
+    float* lse_out = nullptr;
+    if (p.lse != nullptr) {
+      lse_out = Traits::kVarlen
+                    ? p.lse + int64_t(tile.head) * p.total_q + tile.offset_q + row0
+                    : p.lse + (int64_t(tile.batch) * p.heads_q + tile.head) * p.seqlen_q + row0;
+    }
+    int const rows_left = FwdMainloop<Traits>::make_mask(p, tile).seqlen_q - row0;
     store_fragment_rows(out_rc, coords, out, p.out_row_stride, rows_left);
     // The 4 threads of a quad share rows; one of them writes the LSE.
     if (lse_out == nullptr || thread % 4 != 0) return;

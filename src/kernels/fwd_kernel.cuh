@@ -46,11 +46,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Derived after setmaxnreg in each branch: values live across it are spilled.
   auto const work = [&] {
     // Heavy causal tiles (the last query blocks) first.
-    FwdTile const tile{int(gridDim.x - 1 - blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
-    typename Mainloop::Mask const mask{params.seqlen_q, params.seqlen_k, params.key_lo,
-                                       params.key_hi};
+    FwdTile const tile = Mainloop::make_tile(params, int(gridDim.x - 1 - blockIdx.x),
+                                             int(blockIdx.y), int(blockIdx.z));
+    auto const mask = Mainloop::make_mask(params, tile);
     return cute::make_tuple(tile, mask.n_block_begin(tile.m_block), mask.n_block_end(tile.m_block));
   };
+  // Varlen: the grid covers the longest sequence; the others' surplus blocks
+  // have no rows (the whole CTA leaves, before any barrier is used).
+  if constexpr (Traits::kVarlen) {
+    FwdTile const tile = get<0>(work());
+    if (tile.m_block * Traits::kBlockM >= tile.seqlen_q) return;
+  }
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();

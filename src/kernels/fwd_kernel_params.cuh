@@ -15,13 +15,15 @@ struct FwdKernelParams {
   int64_t out_batch_stride;
   int64_t out_row_stride;
   int64_t out_head_stride;
-  float* lse;  // (batch, heads_q, seqlen_q) or null
+  float* lse;  // (batch, heads_q, seqlen_q), with varlen (heads_q, total_q); or null
   int batch;
   int seqlen_q;
   int seqlen_k;
   int heads_q;
   int heads_per_kv_head;  // heads_q / heads_kv (GQA group size)
-  int key_lo;             // banded kernels: the band (attention_mask.cuh)
+  // Banded kernels: the band (attention_mask.cuh). Varlen: relative to each
+  // sequence, which adds its seqlen_k - seqlen_q.
+  int key_lo;
   int key_hi;
   // The scores the softmax sees are raw q.k, or with softcap tanh(q.k *
   // softcap_input_scale) (softcap_input_scale = softmax_scale / softcap; 0 =
@@ -30,6 +32,17 @@ struct FwdKernelParams {
   float logit_scale;
   float scale_log2;       // logit_scale * log2(e)
   float const* sinks;     // (heads_q) logits joining each row's denominator, or null
+  // Varlen (Traits::kVarlen; null otherwise): sequence b is rows
+  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q and out (only the
+  // first seqused_q[b] of them when given), keys likewise; batch is the
+  // number of sequences, seqlen_q / seqlen_k the longest. TMA sees the packed
+  // tensors as one batch entry of total_q / total_k rows.
+  int const* cu_seqlens_q;
+  int const* cu_seqlens_k;
+  int const* seqused_q;
+  int const* seqused_k;
+  int total_q;
+  int total_k;
 };
 
 }  // namespace flash3::kernels

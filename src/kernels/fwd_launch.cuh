@@ -19,18 +19,25 @@ template <class Traits>
 cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using SharedStorage = typename Traits::SharedStorage;
+  constexpr bool kVarlen = Traits::kVarlen;
   float const logit_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
+  // Varlen: TMA sees the packed tensors as one batch entry of total rows, and
+  // the band is relative to each sequence (fwd_kernel_params.cuh).
+  int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
+  int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
+  int const tma_batch = kVarlen ? 1 : p.batch;
+  int const diagonal = kVarlen ? 0 : p.seqlen_k - p.seqlen_q;
   FwdKernelParams<Traits> kp{
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, p.batch, p.seqlen_q, p.heads_q),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch, rows_q, p.heads_q),
                     typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, p.batch, p.seqlen_k, p.heads_kv),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch, rows_k, p.heads_kv),
                     take<0, 2>(typename Traits::SmemLayoutKV{}),
                     select<1, 2>(typename Traits::TileShape{}), _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, p.batch, p.seqlen_k, p.heads_kv),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, tma_batch, rows_k, p.heads_kv),
                     take<0, 2>(typename Traits::SmemLayoutKV{}),
                     select<1, 2>(typename Traits::TileShape{}), _1{}),
       static_cast<Element*>(p.out.data),
-      p.out.stride[0],
+      kVarlen ? 0 : p.out.stride[0],
       p.out.stride[1],
       p.out.stride[2],
       p.lse,
@@ -39,12 +46,18 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
-      p.seqlen_k - p.seqlen_q - p.window_left,   // key_lo (unused unless banded)
-      p.seqlen_k - p.seqlen_q + p.window_right,  // key_hi
+      diagonal - p.window_left,   // key_lo (unused unless banded)
+      diagonal + p.window_right,  // key_hi
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
       logit_scale,
       logit_scale * float(M_LOG2E),
       p.sinks,
+      p.cu_seqlens_q,
+      p.cu_seqlens_k,
+      p.seqused_q,
+      p.seqused_k,
+      p.total_q,
+      p.total_k,
   };
   auto kernel = fwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(SharedStorage));
@@ -54,10 +67,13 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// `params` is resolved (fwd_run.h): a banded mask has window_left >= 0.
+// `params` is resolved (fwd_run.h): a banded mask has window_left >= 0, and
+// varlen is always banded.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(ForwardParams const& params, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
+  if (params.cu_seqlens_q != nullptr)
+    return launch_fwd<FwdTraits<Element, kHeadDim, true, true>>(params, stream);
   return params.window_left >= 0
              ? launch_fwd<FwdTraits<Element, kHeadDim, true>>(params, stream)
              : launch_fwd<FwdTraits<Element, kHeadDim, false>>(params, stream);

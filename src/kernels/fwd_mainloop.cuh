@@ -12,6 +12,7 @@
 #include "kernels/fragment_layout.cuh"
 #include "kernels/fwd_kernel_params.cuh"
 #include "kernels/online_softmax.cuh"
+#include "kernels/packed_sequence.cuh"
 #include "kernels/warp_scheduler.cuh"
 #include "kernels/wgmma_gemm.cuh"
 
@@ -20,10 +21,16 @@ namespace flash3::kernels {
 using namespace cute;
 
 // Where one CTA works: a block of query rows of one head of one batch entry.
+// Varlen: the sequence's first rows in the packed q / k and its lengths
+// (otherwise left 0: the lengths are the params').
 struct FwdTile {
   int m_block;
   int head;
   int batch;
+  int offset_q = 0;
+  int offset_k = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
 };
 
 template <class Traits>
@@ -35,13 +42,50 @@ struct FwdMainloop {
   using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kHeadDim = Traits::kHeadDim;
 
+  static constexpr bool kVarlen = Traits::kVarlen;
+
+  CUTE_DEVICE static FwdTile make_tile(Params const& p, int m_block, int head, int batch) {
+    if constexpr (kVarlen) {
+      PackedSequence const q = packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q);
+      PackedSequence const k = packed_sequence(p.cu_seqlens_k, p.seqused_k, batch, p.total_k);
+      return {m_block, head, batch, q.offset, k.offset, q.length, k.length};
+    } else {
+      return {m_block, head, batch};
+    }
+  }
+
+  // Fixed lengths read the params directly (from the constant bank: no
+  // registers held across the mainloop).
+  CUTE_DEVICE static Mask make_mask(Params const& p, FwdTile const& tile) {
+    if constexpr (kVarlen) {
+      int const diagonal = tile.seqlen_k - tile.seqlen_q;
+      return {tile.seqlen_q, tile.seqlen_k, diagonal + p.key_lo, diagonal + p.key_hi};
+    } else {
+      return {p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
+    }
+  }
+
+  // Varlen: TMA sees the packed tensors as one batch entry.
   CUTE_DEVICE static auto global_qkv(Params const& p) {
+    int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
+    int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
+    int const batch = kVarlen ? 1 : p.batch;
     return cute::make_tuple(
-        p.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kHeadDim>{}, p.heads_q, p.batch)),
+        p.tma_q.get_tma_tensor(make_shape(rows_q, Int<kHeadDim>{}, p.heads_q, batch)),
         p.tma_k.get_tma_tensor(
-            make_shape(p.seqlen_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, p.batch)),
+            make_shape(rows_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, batch)),
         p.tma_v.get_tma_tensor(
-            make_shape(p.seqlen_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, p.batch)));
+            make_shape(rows_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, batch)));
+  }
+
+  // (rows, head_dim) of one head of the tile's sequence.
+  template <class GlobalTensor>
+  CUTE_DEVICE static auto sequence_rows(GlobalTensor const& m, int head, int batch, int offset) {
+    if constexpr (kVarlen) {
+      return domain_offset(make_coord(offset, _0{}), m(_, _, head, _0{}));
+    } else {
+      return m(_, _, head, batch);
+    }
   }
 
   // Run by one thread of the producer warp.
@@ -54,12 +98,12 @@ struct FwdMainloop {
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
     auto [mQ, mK, mV] = global_qkv(p);
     int const kv_head = tile.head / p.heads_per_kv_head;
-    Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
-                           make_coord(tile.m_block, _0{}));  // (M, D)
-    Tensor gK = local_tile(mK(_, _, kv_head, tile.batch), select<1, 2>(TileShape{}),
-                           make_coord(_, _0{}));             // (N, D, n_block)
-    Tensor gV = local_tile(mV(_, _, kv_head, tile.batch), select<1, 2>(TileShape{}),
-                           make_coord(_, _0{}));
+    Tensor gQ = local_tile(sequence_rows(mQ, tile.head, tile.batch, tile.offset_q),
+                           select<0, 2>(TileShape{}), make_coord(tile.m_block, _0{}));  // (M, D)
+    Tensor gK = local_tile(sequence_rows(mK, kv_head, tile.batch, tile.offset_k),
+                           select<1, 2>(TileShape{}), make_coord(_, _0{}));  // (N, D, n_block)
+    Tensor gV = local_tile(sequence_rows(mV, kv_head, tile.batch, tile.offset_k),
+                           select<1, 2>(TileShape{}), make_coord(_, _0{}));
 
     auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
@@ -114,7 +158,7 @@ struct FwdMainloop {
     Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
 
     PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
-    Mask const mask{p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
+    Mask const mask = make_mask(p, tile);
     auto mask_and_softmax = [&](int n_block) {
       if (p.softcap_input_scale != 0.f) apply_softcap(scores, p.softcap_input_scale);
       if (mask.needs_right_mask(tile.m_block, n_block))

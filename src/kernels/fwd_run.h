@@ -13,11 +13,14 @@ namespace flash3::kernels {
 // `params` is validated and resolved: seqlen_k >= 1, batch >= 1, seqlen_q >=
 // 1, softmax_scale set, and the mask as host/window.hpp gives it: window_left
 // = window_right = -1 for full attention, both >= 0 for a band (causal is
-// window_right = 0).
+// window_right = 0); varlen (cu_seqlens_q set) always a band, relative to each
+// sequence, with total_k >= 1 and total_q >= 1.
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const ForwardParams& params, cudaStream_t stream);
 
 // seqlen_k == 0: out = 0, lse = -inf or the sink (rows that see no key).
+// Fixed-length layout only (varlen callers pass their packed rows as one
+// sequence).
 cudaError_t run_fwd_empty_keys(const ForwardParams& params, cudaStream_t stream);
 
 }  // namespace flash3::kernels

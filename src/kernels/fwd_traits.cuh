@@ -28,12 +28,17 @@ using namespace cute;
 
 enum class WarpGroupRole : int { kProducer = 0, kConsumer0 = 1, kConsumer1 = 2 };
 
-// kBanded: causal or sliding-window mask (attention_mask.cuh).
-template <class Element_, int kHeadDim_, bool kBanded_>
+// kBanded: causal or sliding-window mask (attention_mask.cuh). kVarlen:
+// packed sequences of different lengths (fwd_kernel_params.cuh); always
+// banded, since each sequence's mask bounds are relative to its own lengths
+// (full attention is the band no row reaches the edge of).
+template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBanded = kBanded_;
+  static constexpr bool kVarlen = kVarlen_;
+  static_assert(kBanded || !kVarlen, "varlen kernels take the mask as a band");
   static constexpr FwdTileConfig kTile = fwd_tile_config(kHeadDim);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;

@@ -19,6 +19,7 @@ namespace {
 constexpr uint64_t kSizeV1 = 216;  // sizeof(flash3_fwd_params) in ABI v1
 constexpr uint64_t kSizeV2 = 232;  // ... in ABI v2 (window_left, window_right, softcap)
 constexpr uint64_t kSizeV3 = 240;  // ... in ABI v3 (sinks)
+constexpr uint64_t kSizeV4 = 280;  // ... in ABI v4 (varlen)
 // A (dtype, head dim) this build has, from CMake.
 constexpr int kDType = FLASH3_TEST_DTYPE;
 constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
@@ -87,7 +88,8 @@ TEST(CAbi, ParamsInitSetsDefaults) {
 TEST(CAbi, StructSizesAreFrozen) {
   EXPECT_EQ(offsetof(flash3_fwd_params, window_left), kSizeV1);
   EXPECT_EQ(offsetof(flash3_fwd_params, sinks), kSizeV2);
-  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV3);
+  EXPECT_EQ(offsetof(flash3_fwd_params, cu_seqlens_q), kSizeV3);
+  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV4);
 }
 
 // A caller compiled against the v1 header passes 216 bytes: the library must
@@ -118,6 +120,21 @@ TEST(CAbi, V2CallerGetsDefaultsForNewerFields) {
   t.params.struct_size = kSizeV3;
   EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(flash3_last_error(), "sinks: pointer must be 4-byte aligned; got 0x2");
+}
+
+// Likewise for a v3 caller and the v4 (varlen) fields.
+TEST(CAbi, V3CallerGetsDefaultsForNewerFields) {
+  HostTensors t;
+  t.params.struct_size = kSizeV3;
+  t.params.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{2});  // past the caller's struct
+  flash3_fwd(&t.params, nullptr);
+  EXPECT_EQ(std::string(flash3_last_error()).find("cu_seqlens"), std::string::npos)
+      << flash3_last_error();
+  t.params.struct_size = kSizeV4;
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(),
+               "cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got cu_seqlens_q = "
+               "0x2, cu_seqlens_k = NULL");
 }
 
 TEST(CAbi, NullParams) {
@@ -163,7 +180,7 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   p.future_field = 1;
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
-               "params->struct_size: 248 bytes, with fields set beyond the 240 bytes this library "
+               "params->struct_size: 288 bytes, with fields set beyond the 280 bytes this library "
                "knows (ABI v4); upgrade flash3 or leave the newer fields zero");
 }
 

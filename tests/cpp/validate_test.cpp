@@ -354,6 +354,74 @@ TEST(Validate, ZeroSeqlenKNeedsNoKOrV) {
   expect_error(p, Status::kInvalidArgument, "out: expected a non-null data pointer; got NULL");
 }
 
+ForwardParams valid_varlen_params() {
+  ForwardParams p = valid_params();
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600000});
+  p.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x700000});
+  p.total_q = 1000;
+  p.total_k = 3000;
+  return p;
+}
+
+TEST(Validate, VarlenCuSeqlensBothOrNeither) {
+  ForwardParams p = valid_varlen_params();
+  expect_ok(p);
+  p.cu_seqlens_k = nullptr;
+  expect_error(p, Status::kInvalidArgument,
+               "cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got cu_seqlens_q = "
+               "0x600000, cu_seqlens_k = NULL");
+  p = valid_params();
+  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
+  expect_error(p, Status::kInvalidArgument,
+               "seqused_q / seqused_k: only with cu_seqlens_q and cu_seqlens_k (varlen); got "
+               "seqused_q = NULL, seqused_k = 0x800000");
+}
+
+TEST(Validate, VarlenArraysAndTotals) {
+  ForwardParams p = valid_varlen_params();
+  p.seqused_q = reinterpret_cast<const int32_t*>(uintptr_t{0x800002});
+  expect_error(p, Status::kInvalidArgument, "seqused_q: pointer must be 4-byte aligned; got 0x800002");
+  p = valid_varlen_params();
+  p.total_k = -1;
+  expect_error(p, Status::kInvalidArgument, "total_k must be >= 0; got -1");
+  p = valid_varlen_params();
+  p.total_q = std::numeric_limits<int32_t>::max() / 2;
+  expect_error(p, Status::kInvalidArgument,
+               "total_q * num_heads_q must be at most 2147483647 (int32 row index); got 8589934584");
+  p.heads_q = p.heads_kv = 1;
+  p.total_k = std::numeric_limits<int32_t>::max() / 2 + 2;
+  expect_error(p, Status::kInvalidArgument,
+               "total_q + total_k must be at most 2147483647 with varlen; got 2147483648");
+}
+
+// Varlen: q, k, v, out are checked as tensors only if they have rows;
+// batch * seqlen is not a row count there (seqlen is the longest sequence).
+TEST(Validate, VarlenRowsAreTotals) {
+  ForwardParams p = valid_varlen_params();
+  p.batch = 1 << 20;
+  p.seqlen_q = p.seqlen_k = 1 << 20;
+  expect_ok(p);
+  p.total_k = 0;
+  p.k.data = p.v.data = nullptr;
+  expect_ok(p);
+  p.total_q = 0;
+  p.q.data = p.out.data = nullptr;
+  expect_ok(p);
+}
+
+TEST(ResolveWindow, VarlenIsAlwaysABandOfTotals) {
+  ForwardParams p = valid_varlen_params();
+  resolve_window(p);
+  EXPECT_EQ(p.window_left, 3000);  // full attention: no sequence reaches either edge
+  EXPECT_EQ(p.window_right, 1000);
+  p = valid_varlen_params();
+  p.causal = true;
+  p.window_left = 5;
+  resolve_window(p);
+  EXPECT_EQ(p.window_left, 5);
+  EXPECT_EQ(p.window_right, 0);
+}
+
 TEST(BuildConfig, Lists) {
   BuildConfig c;
   EXPECT_EQ(c.dtype_list(), "none");

@@ -75,9 +75,10 @@ def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
     # each version's fields start where the previous version's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
-    assert ctypes.sizeof(_lib.FwdParams) == 240
+    assert ctypes.sizeof(_lib.FwdParams) == 280
     assert ctypes.sizeof(_lib.BwdParams) == 424
     assert _lib.FwdParams.sinks.offset == 232
+    assert _lib.FwdParams.cu_seqlens_q.offset == 240
     assert _lib.BwdParams.sinks.offset == 408
     assert _lib.FwdParams.lse.offset == 168
     assert _lib.FwdParams.causal.offset == 208
@@ -106,6 +107,9 @@ def test_packer_fills_the_same_bytes_as_ctypes_fields():
     by_fields.softmax_scale, by_fields.causal = 0.125, 1
     by_fields.window_left, by_fields.window_right, by_fields.softcap = 100, 0, 30.0
     by_fields.sinks = 0x7F0000001000
+    by_fields.cu_seqlens_q, by_fields.cu_seqlens_k = 0x7F0000002000, 0x7F0000003000
+    by_fields.seqused_q, by_fields.seqused_k = 0x7F0000004000, 0x7F0000005000
+    by_fields.total_q, by_fields.total_k = 1234, 5678
     packed = _lib.FwdParams()
     p = by_fields
     tensors = [(t.data, tuple(t.stride)) for t in (p.q, p.k, p.v, p.out)]
@@ -113,7 +117,8 @@ def test_packer_fills_the_same_bytes_as_ctypes_fields():
         packed, 0, p.struct_size, *(x for data, s in tensors for x in (data, *s)),
         ctypes.cast(p.lse, ctypes.c_void_p).value, p.dtype, p.batch, p.seqlen_q, p.seqlen_k,
         p.num_heads_q, p.num_heads_kv, p.head_dim, p.softmax_scale, p.causal,
-        p.window_left, p.window_right, p.softcap, p.sinks)
+        p.window_left, p.window_right, p.softcap, p.sinks, p.cu_seqlens_q, p.cu_seqlens_k,
+        p.seqused_q, p.seqused_k, p.total_q, p.total_k)
     assert bytes(packed) == bytes(by_fields)
 
 
@@ -249,7 +254,7 @@ def test_raise_for_status_maps_to_exception_classes():
 def _launcher_fields(q_data, batch, head_dim, dtype):
     s = (128 * 8 * head_dim, 8 * head_dim, head_dim, 1)
     return (q_data, *s, FAKE_K, *s, FAKE_V, *s, FAKE_OUT, *s, 0, dtype,
-            batch, 128, 128, 8, 8, head_dim, 0.0, 0, -1, -1, 0.0, 0)
+            batch, 128, 128, 8, 8, head_dim, 0.0, 0, -1, -1, 0.0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def test_launcher_reports_errors():

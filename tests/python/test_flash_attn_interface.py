@@ -21,6 +21,17 @@ FA3_FLASH_ATTN_FUNC = [
 ]
 
 
+FA3_FLASH_ATTN_VARLEN_FUNC = (
+    [(name, inspect.Parameter.empty) for name in (
+        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")]
+    + [("seqused_q", None), ("seqused_k", None)] + FA3_FLASH_ATTN_FUNC[3:])
+
+
+def test_flash_attn_varlen_func_has_fa3s_signature():
+    params = inspect.signature(fai.flash_attn_varlen_func).parameters
+    assert [(p.name, p.default) for p in params.values()] == FA3_FLASH_ATTN_VARLEN_FUNC
+
+
 def test_flash_attn_func_has_fa3s_signature():
     params = inspect.signature(fai.flash_attn_func).parameters
     assert [(p.name, p.default) for p in params.values()] == FA3_FLASH_ATTN_FUNC
@@ -42,10 +53,11 @@ def test_unimplemented_arguments_are_refused_by_name(argument, value):
     q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
     with pytest.raises(flash3.Flash3Unsupported, match=rf"^{argument}=.* is not supported"):
         fai.flash_attn_func(q, q, q, **{argument: value})
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(flash3.Flash3Unsupported, match=rf"^{argument}=.* is not supported"):
+        fai.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 8, 8, **{argument: value})
 
 
 def test_unimplemented_functions_say_so():
-    with pytest.raises(flash3.Flash3Unsupported, match="flash_attn_varlen_func"):
-        fai.flash_attn_varlen_func(None, None, None, None, None, 1, 1)
     with pytest.raises(flash3.Flash3Unsupported, match="flash_attn_with_kvcache"):
         fai.flash_attn_with_kvcache(None, None, None)
