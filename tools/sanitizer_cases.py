@@ -2,7 +2,11 @@
 (memcheck, racecheck, synccheck): tile tails in both sequence dims, GQA,
 causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
 (key blocks no query sees), softcap and sinks (with their gradient), every
-head dim and dtype, the backward in both modes (atomic and deterministic dq)."""
+head dim and dtype, the backward in both modes (atomic and deterministic dq);
+varlen forwards with empty sequences and with cu_seqlens past the packed
+tensors (which the kernels must clamp)."""
+
+import itertools
 
 import torch
 
@@ -18,6 +22,31 @@ CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, wi
     (1, 300, 100, 2, 2, 256, True, (40, 0), 0.0, True),
     (2, 257, 300, 4, 2, 64, False, (0, 0), 20.0, False),
 ]
+
+# (seqlen_q, seqlen_k) per sequence, packed.
+VARLEN_LENGTHS = [(17, 17), (0, 5), (113, 255), (255, 113), (5, 0), (130, 131)]
+
+
+def varlen_cases(dtype):
+    total_q = sum(sq for sq, _ in VARLEN_LENGTHS)
+    total_k = sum(sk for _, sk in VARLEN_LENGTHS)
+    offsets = lambda n: torch.tensor([0, *itertools.accumulate(n)], dtype=torch.int32,  # noqa: E731
+                                     device="cuda")
+    cu_q = offsets(sq for sq, _ in VARLEN_LENGTHS)
+    cu_k = offsets(sk for _, sk in VARLEN_LENGTHS)
+    # Starts past the end or negative, a length past the end: clamped, not accessed.
+    bad = torch.tensor([0, 10**6, -5, total_q, total_q - 1, total_q + 7, total_q],
+                       dtype=torch.int32, device="cuda")
+    for d in (64, 128, 256):
+        q = torch.randn(total_q, 4, d, device="cuda", dtype=dtype)
+        k = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
+        v = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
+        for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (30, 5))):
+            flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 255, 255, causal=causal,
+                                          window_size=window)
+        flash3.flash_attn_varlen_func(q, k, v, bad, bad.clamp(max=total_k), 300, 300)
+        torch.cuda.synchronize()
+        print(f"ok varlen {dtype} d={d}")
 
 
 def main():
@@ -36,6 +65,7 @@ def main():
             torch.cuda.synchronize()
             print(f"ok {dtype} b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} causal={causal} "
                   f"window={window} softcap={softcap} sinks={with_sinks}")
+        varlen_cases(dtype)
 
 
 if __name__ == "__main__":
