@@ -29,6 +29,13 @@ def _require_default(name, value, default):
         raise _unsupported(f"{name}={value!r} (only {default!r})")
 
 
+def _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk):
+    for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
+                        ("v_descale", v_descale)):
+        _require_default(name, value, None)
+    _require_default("attention_chunk", attention_chunk, 0)
+
+
 def flash_attn_func(
     q,
     k,
@@ -52,10 +59,7 @@ def flash_attn_func(
     when nheads_k divides nheads; causal aligned to the bottom-right corner.
     Differentiable in q, k, v. num_splits, pack_gqa and sm_margin are
     scheduling hints flash3 chooses itself; they are accepted and ignored."""
-    for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
-                        ("v_descale", v_descale)):
-        _require_default(name, value, None)
-    _require_default("attention_chunk", attention_chunk, 0)
+    _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
     return _flash3_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                              return_lse=return_attn_probs, deterministic=deterministic,
                              window_size=tuple(window_size), softcap=softcap)
@@ -90,10 +94,7 @@ def flash_attn_varlen_func(
     only for now (flash3.flash_attn_varlen_func refuses inputs that require
     grad). deterministic is about the backward and accepted; num_splits,
     pack_gqa and sm_margin are ignored hints as in flash_attn_func."""
-    for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
-                        ("v_descale", v_descale)):
-        _require_default(name, value, None)
-    _require_default("attention_chunk", attention_chunk, 0)
+    _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
     return _flash3_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale=softmax_scale, causal=causal,
                                window_size=tuple(window_size), softcap=softcap,
