@@ -344,6 +344,9 @@ def _fwd_setup_context(ctx, inputs, output):
     q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap, sinks = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, sinks)
+    # dq, dk, dv need nothing of the sinks (lse holds them): frozen sinks skip
+    # dsinks' cost in the backward (docs/performance.md: 4-8 %).
+    ctx.sinks_need_grad = sinks is not None and sinks.requires_grad
     ctx.softmax_scale = softmax_scale
     ctx.causal = causal
     ctx.deterministic = deterministic
@@ -355,6 +358,7 @@ def _fwd_setup_context(ctx, inputs, output):
 
 def _fwd_backward(ctx, dout, _dlse):
     q, k, v, out, lse, sinks = ctx.saved_tensors
+    sinks = sinks if ctx.sinks_need_grad else None
     dq, dk, dv, dsinks = torch.ops.flash3.bwd.default(
         dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask,
         sinks)

@@ -257,3 +257,7 @@ def test_autograd_registration_on_cpu(monkeypatch):
     sinks = torch.randn(4, dtype=torch.bfloat16, requires_grad=True)
     flash3.flash_attn_func(q, k, v, sinks=sinks).sum().backward()
     assert sinks.grad.dtype == torch.bfloat16 and (sinks.grad == 0.5).all()
+    # Frozen sinks: the backward is not asked for dsinks (it would cost time).
+    calls.clear()
+    flash3.flash_attn_func(q, k, v, sinks=sinks.detach()).sum().backward()
+    assert calls[0][-1] is None
