@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 
 from . import _lib
-from .ops import (_ABI_DTYPE, _CONTIGUOUS, _FLOAT32, _abi_scale, _abi_window, _check_sinks,
-                  _invalid, _launch, _sinks_as_fp32)
+from .ops import (_ABI_DTYPE, _CONTIGUOUS, _FLOAT32, _Tensor, _abi_scale, _abi_window,
+                  _can_skip_dispatcher, _check_sinks, _invalid, _launch, _sinks_as_fp32)
 
 _INT32 = torch.int32
 _VARLEN_BACKWARD = ("varlen: the backward is not implemented yet (flash3 computes the varlen "
@@ -80,12 +80,13 @@ def _describe(t):
 
 def _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
-                    seqused_k):
+                    seqused_k, want_lse=True):
+    """The eager implementation; want_lse false: lse is None (the kernel skips it)."""
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=True)
     _check_sinks(sinks, q[None])
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
-    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32)
+    lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32) if want_lse else None
     _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, sinks,
             varlen=(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q,
                     max_seqlen_k))
@@ -140,6 +141,7 @@ def _fwd_varlen_backward(ctx, dout, _dlse):
 
 
 fwd_varlen.register_autograd(_fwd_varlen_backward, setup_context=_fwd_varlen_setup_context)
+_fwd_varlen_op = torch.ops.flash3.fwd_varlen.default
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -168,7 +170,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks)):
         raise _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, _VARLEN_BACKWARD)
-    out, lse = fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                          softmax_scale, bool(causal), window_left, window_right, float(softcap),
-                          sinks, seqused_q, seqused_k)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+            bool(causal), window_left, window_right, float(softcap), sinks, seqused_q, seqused_k)
+    if _can_skip_dispatcher(q, k, v) and all(
+            t is None or type(t) is _Tensor for t in (cu_seqlens_q, cu_seqlens_k, sinks,
+                                                      seqused_q, seqused_k)):
+        # As in flash_attn_func: the op's dispatch costs more host time than a
+        # small problem's kernel, and nothing here needs it.
+        out, lse = _forward_varlen(*args, want_lse=return_lse)
+    else:
+        out, lse = _fwd_varlen_op(*args)
     return (out, lse) if return_lse else out

@@ -229,3 +229,16 @@ def test_varlen_under_compile_and_cuda_graph(seed):
         q.copy_(torch.randn_like(q))
         graph.replay()
         assert torch.equal(static_out, attend(q, k, v)), _where(seed)
+
+
+def test_varlen_direct_launch_equals_the_op(seed):
+    """flash_attn_varlen_func skips the dispatcher when nothing needs it: the
+    same bits as the op, with and without lse."""
+    _, dtype, head_dim = _any_built()
+    q, k, v, cu_q, cu_k = pack(SHORT, 4, 2, head_dim, dtype)
+    want_out, want_lse = torch.ops.flash3.fwd_varlen(q, k, v, cu_q, cu_k, 799, 801, None, True)
+    out, lse = flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 799, 801, causal=True,
+                                             return_lse=True)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse), _where(seed)
+    assert torch.equal(flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 799, 801, causal=True),
+                       want_out), _where(seed)
