@@ -104,9 +104,6 @@ CheckResult check_aligned_pointer(const char* name, const T* pointer) {
   return invalid(cat(name, ": pointer must be ", alignof(T), "-byte aligned; got ",
                      static_cast<const void*>(pointer)));
 }
-CheckResult check_fp32_pointer(const char* name, const float* pointer) {
-  return check_aligned_pointer(name, pointer);
-}
 
 std::string pointer_text(const void* pointer) {
   return pointer == nullptr ? std::string("NULL") : cat(pointer);
@@ -275,7 +272,7 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
     if (!t.used) continue;
     if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
   }
-  for (CheckResult r : {check_fp32_pointer("lse", p.lse), check_fp32_pointer("sinks", p.sinks)})
+  for (CheckResult r : {check_aligned_pointer("lse", p.lse), check_aligned_pointer("sinks", p.sinks)})
     if (!r.ok()) return r;
   return {};
 }
@@ -319,7 +316,7 @@ CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built)
   }
   if (p.dsinks != nullptr && p.sinks == nullptr)
     return invalid("dsinks: the gradient of the sinks needs the forward's sinks; got sinks = NULL");
-  if (CheckResult r = check_fp32_pointer("dsinks", p.dsinks); !r.ok()) return r;
+  if (CheckResult r = check_aligned_pointer("dsinks", p.dsinks); !r.ok()) return r;
   // Only a problem with queries and keys reads lse and needs the workspace.
   if (!q_used || !kv_used) return {};
   if (p.lse == nullptr)

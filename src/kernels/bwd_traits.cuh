@@ -138,7 +138,7 @@ struct BwdTraits {
     cute::array_aligned<float, kDQInSmem ? kBlockM * kHeadDim : 1, 128> dq;
     cute::array_aligned<float, kBlockM * kStages, 128> lse_log2;
     cute::array_aligned<float, kBlockM * kStages, 128> dpsum;
-    float sink_sums[kNumConsumerThreads / 32];  // one per consumer warp (BwdMainloop::sink_partial)
+    float sink_sums[kNumConsumerThreads / 32];  // one per consumer warp (BwdMainloop::write_sink_partial)
     typename PipelineQ::SharedStorage pipeline_q;
     typename PipelineQ::SharedStorage pipeline_do;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;
