@@ -4,7 +4,7 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|ablation]...
+# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|varlen|ablation]...
 #        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,10 @@ for step in $steps; do
       { timeout 120 python3 -m flash3.bench --window 4096 --hdims 64,128,256 --json "$out/window.json"
         timeout 120 python3 -m flash3.bench --window 4096 --hdims 64,128,256 --bwd \
           --json "$out/window_bwd.json"; } 2>&1 | tee "$out/window.log" ;;
+    varlen)  # 64 uneven sequences packed vs fixed length at the mean and cuDNN padded, fwd and bwd
+      { timeout 150 python3 -m flash3.bench --varlen --json "$out/varlen.json"
+        timeout 200 python3 -m flash3.bench --varlen --bwd --json "$out/varlen_bwd.json"; } 2>&1 |
+        tee "$out/varlen.log" ;;
     overhead)  # host time per call: from Python (flash3 and SDPA), then the C/C++ API
       { timeout 120 python3 -m flash3.bench --overhead; timeout 60 build/flash3_host_overhead; } 2>&1 |
         tee "$out/overhead.log" ;;

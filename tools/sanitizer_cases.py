@@ -3,8 +3,8 @@
 causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
 (key blocks no query sees), softcap and sinks (with their gradient), every
 head dim and dtype, the backward in both modes (atomic and deterministic dq);
-varlen forwards with empty sequences and with cu_seqlens past the packed
-tensors (which the kernels must clamp)."""
+varlen forwards and backwards (both dq modes) with empty sequences and with
+cu_seqlens past the packed tensors (which the kernels must clamp)."""
 
 import itertools
 
@@ -41,10 +41,18 @@ def varlen_cases(dtype):
         q = torch.randn(total_q, 4, d, device="cuda", dtype=dtype)
         k = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
         v = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
-        for causal, window in ((False, (-1, -1)), (True, (-1, -1)), (False, (30, 5))):
-            flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 255, 255, causal=causal,
-                                          window_size=window)
-        flash3.flash_attn_varlen_func(q, k, v, bad, bad.clamp(max=total_k), 300, 300)
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        sinks = torch.zeros(4, device="cuda", requires_grad=True)
+        for causal, window, deterministic in ((False, (-1, -1), False), (True, (-1, -1), True),
+                                              (False, (30, 5), False)):
+            out = flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 255, 255, causal=causal,
+                                                window_size=window, sinks=sinks,
+                                                deterministic=deterministic)
+            out.backward(torch.randn_like(out))
+        for deterministic in (False, True):
+            out = flash3.flash_attn_varlen_func(q, k, v, bad, bad.clamp(max=total_k), 300, 300,
+                                                deterministic=deterministic)
+            out.backward(torch.randn_like(out))
         torch.cuda.synchronize()
         print(f"ok varlen {dtype} d={d}")
 

@@ -29,8 +29,9 @@ extern "C" {
  * v2: window_left, window_right, softcap in both params structs.
  * v3: sinks in flash3_fwd_params.
  * v4: sinks and dsinks in flash3_bwd_params; varlen (cu_seqlens_q/k, seqused_q/k,
- *     total_q/k) in flash3_fwd_params. */
-#define FLASH3_ABI_VERSION 4
+ *     total_q/k) in flash3_fwd_params.
+ * v5: varlen in flash3_bwd_params. */
+#define FLASH3_ABI_VERSION 5
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -86,7 +87,8 @@ typedef struct flash3_fwd_params {
    * seqused_q/k, (batch) int32: instead seqused[b] rows from cu_seqlens[b].
    * seqlen_q / seqlen_k are the longest lengths (seqlen_q sizes the grid).
    * Masks align to each sequence's bottom-right corner; lse is (num_heads_q,
-   * total_q). Both cu_seqlens or neither. */
+   * total_q). Both cu_seqlens or neither. A sequence longer than seqlen_q
+   * (seqlen_k) is cut to its first seqlen_q (seqlen_k) rows. */
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   const int32_t* seqused_q;
@@ -133,6 +135,15 @@ typedef struct flash3_bwd_params {
    * dsinks, (num_heads_q) fp32, written; needs sinks. */
   const float* sinks;
   float* dsinks;
+  /* v5: varlen as in flash3_fwd_params, matching the forward's: dout and dq
+   * packed like q, dk and dv like k, lse (num_heads_q, total_q). Gradient
+   * rows in no sequence are not written. */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqused_q;
+  const int32_t* seqused_k;
+  int32_t total_q;
+  int32_t total_k;
 } flash3_bwd_params;
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);

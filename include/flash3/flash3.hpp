@@ -59,7 +59,8 @@ struct ForwardParams {
   // seqlen_k are the longest sequence's lengths: seqlen_q sizes the grid
   // (rows of a longer sequence past it are not computed). Masks align to each
   // sequence's own bottom-right corner; lse is (heads_q, total_q). Rows in no
-  // sequence are not written. Both cu_seqlens or neither.
+  // sequence are not written. Both cu_seqlens or neither. A sequence longer
+  // than seqlen_q (seqlen_k) is cut to its first seqlen_q (seqlen_k) rows.
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   const int32_t* seqused_q = nullptr;
@@ -103,6 +104,15 @@ struct BackwardParams {
   bool deterministic = false;  // bitwise-reproducible dq (key blocks add in a fixed order)
   void* workspace = nullptr;   // device memory of at least backward_workspace_size() bytes
   size_t workspace_bytes = 0;
+  // Varlen, as in ForwardParams and matching the forward's: dout, dq packed
+  // like q, dk, dv like k; lse (heads_q, total_q). Gradient rows in no
+  // sequence are not written.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_q = nullptr;
+  const int32_t* seqused_k = nullptr;
+  int total_q = 0;
+  int total_k = 0;
 };
 
 // Bytes of device workspace backward() needs for these sizes (batch,

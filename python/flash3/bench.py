@@ -14,6 +14,7 @@ between runs; the ratios within one run are what to compare.
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import os
@@ -36,6 +37,8 @@ BWD_BACKENDS = tuple(name for name in BACKENDS if name != "math")
 # few output ulps; anything wrong (masking, scaling, a missed tile) is far larger.
 CHECK_TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3}
 WINDOW_SEQLEN = 32768  # --window's default (issue 6: a 4k window on s = 32k)
+VARLEN_BATCH = 64           # --varlen: this many sequences (issue 6's batch)
+VARLEN_LENGTHS = (128, 8192)  # drawn uniformly (inclusive), seed 0
 
 
 def parse_args(argv):
@@ -64,7 +67,14 @@ def parse_args(argv):
     p.add_argument("--window", type=int, default=None, metavar="LEFT",
                    help="only flash3's sliding window (LEFT, 0) with causal against full causal "
                         "and full attention (default seqlen 32768, batch 1; with --bwd the backward)")
+    p.add_argument("--varlen", action="store_true",
+                   help=f"only varlen: {VARLEN_BATCH} sequences of lengths uniform in "
+                        f"[{VARLEN_LENGTHS[0]}, {VARLEN_LENGTHS[1]}] packed, against flash3 on a "
+                        "fixed-length batch at the mean length and cuDNN on the batch padded "
+                        "(default hdim 128)")
     args = p.parse_args(argv)
+    if args.varlen and (args.window is not None or args.overhead or args.sinks or args.check):
+        p.error("--varlen: not with --window, --overhead, --sinks or --check")
     if args.deterministic and not args.bwd:
         p.error("--deterministic: only with --bwd (it selects flash3's backward mode)")
     if args.sinks and (args.window is not None or args.overhead):
@@ -76,6 +86,9 @@ def parse_args(argv):
             p.error(f"--backends: each must be one of {', '.join(BACKENDS)}; got {name!r}")
     if args.backends and "flash3" not in args.backends:
         p.error("--backends: must include flash3 (the ratios are flash3's)")
+    if args.varlen:
+        args.hdims = args.hdims or (128,)
+        return args
     args.hdims = args.hdims or DEFAULT_HDIMS
     if args.window is not None:
         if args.window < 0:
@@ -376,6 +389,78 @@ def measure_window(args):
     return 0
 
 
+def varlen_lengths(count=VARLEN_BATCH, bounds=VARLEN_LENGTHS, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randint(*bounds) for _ in range(count)]
+
+
+def measure_varlen(args):
+    """flash3's varlen kernel on a packed batch of uneven lengths, against
+    flash3 on a fixed-length batch of as many sequences at the mean length,
+    and cuDNN (SDPA) on the batch padded to the longest length. TFLOP/s count
+    each problem's own useful work; cuDNN's padded batch gets the varlen
+    batch's FLOPs (the padding is its cost of not taking varlen)."""
+    import torch
+
+    import flash3
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    timer_name, time_ms = _make_timer(torch, args.quick)
+    lengths = varlen_lengths()
+    batch, longest = len(lengths), max(lengths)
+    mean = round(sum(lengths) / batch)
+    factor = 2.5 if args.bwd else 1.0
+    what = "backward" if args.bwd else "forward"
+    print(f"flash3 varlen {what}, {args.dtype}, {timer_name}: {batch} sequences, lengths "
+          f"{VARLEN_LENGTHS[0]}..{VARLEN_LENGTHS[1]} (seed 0: mean {mean}, max {longest}, "
+          f"{sum(lengths)} tokens); TFLOP/s", flush=True)
+    print(f"{'hdim':>4} {'causal':>6} | {'varlen':>7} {'fixed':>7} {'cudnn':>7} | "
+          f"{'varlen/fixed':>12} {'varlen/cudnn':>12}", flush=True)
+    results = []
+    causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
+    for d in args.hdims:
+        h = HIDDEN // d
+        make = lambda *shape: torch.randn(*shape, h, d, dtype=dtype, device="cuda",  # noqa: E731
+                                          requires_grad=args.bwd)
+        for causal in causal_modes:
+            useful = factor * sum(forward_flops(1, h, s, s, d, causal) for s in lengths)
+            fixed_flops = factor * forward_flops(batch, h, mean, mean, d, causal)
+            tflops = {}
+            q, k, v = (make(sum(lengths)) for _ in range(3))
+            fn = lambda: flash3.flash_attn_varlen_func(  # noqa: E731
+                q, k, v, cu, cu, longest, longest, causal=causal)
+            tflops["varlen"] = useful / time_ms(
+                _backward_call(torch, fn, (q, k, v)) if args.bwd else fn) / 1e9
+            del q, k, v, fn
+            for name, seqlen, flops in (("fixed", mean, fixed_flops), ("cudnn", longest, useful)):
+                q, k, v = (make(batch, seqlen) for _ in range(3))
+                ctx, fn = _backend_calls(torch, q, k, v, causal, names=("flash3", "cudnn"))[
+                    "flash3" if name == "fixed" else "cudnn"]
+                try:
+                    with ctx():
+                        call = _backward_call(torch, fn, (q, k, v)) if args.bwd else fn
+                        tflops[name] = flops / time_ms(call) / 1e9
+                except RuntimeError as error:  # cuDNN unavailable for this shape
+                    print(f"{name}: {str(error).splitlines()[0]}", file=sys.stderr, flush=True)
+                    tflops[name] = None
+                del q, k, v, fn
+            ratio = lambda other: (f"{tflops['varlen'] / tflops[other]:>11.3f}x"  # noqa: E731
+                                   if tflops.get(other) else f"{'n/a':>12}")
+            cell = lambda x: f"{x:>7.1f}" if x else f"{'n/a':>7}"  # noqa: E731
+            print(f"{d:>4} {'yes' if causal else 'no':>6} | {cell(tflops['varlen'])} "
+                  f"{cell(tflops['fixed'])} {cell(tflops['cudnn'])} | {ratio('fixed')} "
+                  f"{ratio('cudnn')}", flush=True)
+            results.append({"head_dim": d, "causal": causal, "heads": h, "tflops": tflops})
+    with open(args.json, "w") as f:
+        json.dump({"environment": _environment(torch, timer_name, args.dtype),
+                   "varlen": {"lengths": lengths, "pass": what, "results": results}}, f, indent=1)
+    print(f"wrote {args.json}", flush=True)
+    return 0
+
+
 def run(args):
     import torch
 
@@ -492,6 +577,8 @@ def main(argv=None):
         return 2
     if args.overhead:
         return measure_overhead(args)
+    if args.varlen:
+        return measure_varlen(args)
     return measure_window(args) if args.window is not None else run(args)
 
 

@@ -90,16 +90,15 @@ def flash_attn_varlen_func(
 ):
     """Packed variable-length batches as FA3 takes them: q (total_q, nheads,
     headdim), k, v (total_k, nheads_k, headdim), cu_seqlens (batch + 1,)
-    int32; returns out, or (out, softmax_lse (nheads, total_q)). Forward
-    only for now (flash3.flash_attn_varlen_func refuses inputs that require
-    grad). deterministic is about the backward and accepted; num_splits,
+    int32; returns out, or (out, softmax_lse (nheads, total_q)).
+    Differentiable in q, k, v; deterministic as in flash_attn_func; num_splits,
     pack_gqa and sm_margin are ignored hints as in flash_attn_func."""
     _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
     return _flash3_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale=softmax_scale, causal=causal,
                                window_size=tuple(window_size), softcap=softcap,
                                seqused_q=seqused_q, seqused_k=seqused_k,
-                               return_lse=return_attn_probs)
+                               return_lse=return_attn_probs, deterministic=deterministic)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, *args, **kwargs):

@@ -243,7 +243,7 @@ def _dense(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
-def _check_bwd_inputs(dout, q, out, lse):
+def _check_bwd_inputs(dout, q, out, lse, varlen=False):
     """What the C ABI cannot see of the backward's extra tensors: their shapes
     and dtypes (it has one set of sizes, and lse is a bare pointer)."""
     for name, t in (("out", out), ("dout", dout)):
@@ -253,8 +253,12 @@ def _check_bwd_inputs(dout, q, out, lse):
             raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
         if t.device != q.device:
             raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
-    batch, seqlen_q, num_heads_q, _ = q.shape
-    expected = (batch, num_heads_q, seqlen_q)
+    if varlen:
+        total_q, num_heads_q, _ = q.shape
+        expected = (num_heads_q, total_q)
+    else:
+        batch, seqlen_q, num_heads_q, _ = q.shape
+        expected = (batch, num_heads_q, seqlen_q)
     if tuple(lse.shape) != expected or lse.dtype != _FLOAT32 or not lse.is_contiguous():
         raise _invalid(
             f"lse: expected the forward's LSE, a contiguous float32 tensor of shape {expected}; "
@@ -268,21 +272,24 @@ def _empty_dsinks(q, sinks):
     return q.new_empty((0,) if sinks is None else sinks.shape, dtype=_FLOAT32)
 
 
-def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-              window_right, softcap, sinks):
-    """The eager implementation of flash3::bwd: allocate dq, dk, dv (and
-    dsinks with sinks) and the workspace, launch flash3_bwd on the current
-    stream. (dq, dk, dv need nothing of the sinks: the forward's lse holds them.)"""
-    _check_inputs(q, k, v, need_cuda=True)
-    _check_bwd_inputs(dout, q, out, lse)
-    _check_sinks(sinks, q)
-    batch, seqlen_q, num_heads_q, head_dim = q.shape
-    _, seqlen_k, num_heads_kv, _ = k.shape
-    dout = _dense(dout)
-    dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
-    dk = torch.empty_like(k, memory_format=_CONTIGUOUS)
-    dv = torch.empty_like(v, memory_format=_CONTIGUOUS)
-    dsinks = _empty_dsinks(q, sinks)
+def _launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, causal,
+                deterministic, window_left, window_right, softcap, sinks, varlen=None):
+    """flash3_bwd into caller-provided gradients (dsinks: with sinks) and a
+    fresh workspace, on the current stream of q's device. varlen as in
+    _launch (varlen.py checks it)."""
+    if varlen is None:
+        batch, seqlen_q, num_heads_q, head_dim = q.shape
+        _, seqlen_k, num_heads_kv, _ = k.shape
+        varlen_fields = {}
+    else:
+        cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, seqlen_q, seqlen_k = varlen
+        batch = cu_seqlens_q.shape[0] - 1
+        total_q, num_heads_q, head_dim = q.shape
+        total_k, num_heads_kv, _ = k.shape
+        varlen_fields = dict(cu_seqlens_q=cu_seqlens_q.data_ptr(),
+                             cu_seqlens_k=cu_seqlens_k.data_ptr(),
+                             seqused_q=_address(seqused_q), seqused_k=_address(seqused_k),
+                             total_q=total_q, total_k=total_k)
     params = _lib.BwdParams(
         dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
@@ -290,18 +297,35 @@ def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, win
         deterministic=1 if deterministic else 0, lse=lse.data_ptr(),
         window_left=window_left, window_right=window_right, softcap=float(softcap),
         sinks=None if sinks is None else sinks.data_ptr(),
-        dsinks=None if sinks is None else dsinks.data_ptr())
+        dsinks=None if sinks is None else dsinks.data_ptr(), **varlen_fields)
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
                     ("dq", dq), ("dk", dk), ("dv", dv)):
         field = getattr(params, name)
         field.data = t.data_ptr()
-        field.stride[:] = t.stride()
+        # Varlen: one packed batch entry, whose batch stride is never used.
+        field.stride[:] = t.stride() if varlen is None else (0, *t.stride())
     workspace = q.new_empty((_lib.bwd_workspace_size(params),), dtype=torch.uint8)
     params.workspace = workspace.data_ptr()
     params.workspace_bytes = workspace.numel()
     device = q.get_device()
     with torch.cuda.device(device):
         _lib.bwd(params, _raw_stream(device))
+
+
+def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
+              window_right, softcap, sinks):
+    """The eager implementation of flash3::bwd: allocate dq, dk, dv (and
+    dsinks with sinks), launch. (dq, dk, dv need nothing of the sinks: the
+    forward's lse holds them.)"""
+    _check_inputs(q, k, v, need_cuda=True)
+    _check_bwd_inputs(dout, q, out, lse)
+    _check_sinks(sinks, q)
+    dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    dk = torch.empty_like(k, memory_format=_CONTIGUOUS)
+    dv = torch.empty_like(v, memory_format=_CONTIGUOUS)
+    dsinks = _empty_dsinks(q, sinks)
+    _launch_bwd(_dense(dout), q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, causal,
+                deterministic, window_left, window_right, softcap, sinks)
     return dq, dk, dv, dsinks
 
 

@@ -17,12 +17,10 @@ import torch
 
 from . import _lib
 from .ops import (_ABI_DTYPE, _CONTIGUOUS, _FLOAT32, _Tensor, _abi_scale, _abi_window,
-                  _can_skip_dispatcher, _check_sinks, _invalid, _launch, _sinks_as_fp32)
+                  _can_skip_dispatcher, _check_bwd_inputs, _check_sinks, _dense, _empty_dsinks,
+                  _invalid, _launch, _launch_bwd, _sinks_as_fp32)
 
 _INT32 = torch.int32
-_VARLEN_BACKWARD = ("varlen: the backward is not implemented yet (flash3 computes the varlen "
-                    "forward); call it under torch.no_grad() or with inputs that do not require "
-                    "grad, or use flash_attn_func on padded batches for training")
 
 
 def _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
@@ -110,10 +108,12 @@ def fwd_varlen(
     sinks: Optional[torch.Tensor] = None,
     seqused_q: Optional[torch.Tensor] = None,
     seqused_k: Optional[torch.Tensor] = None,
+    deterministic: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Varlen attention forward. q (total_q, hq, d); k, v (total_k, hkv, d);
     cu_seqlens (batch + 1,) int32. Returns out (total_q, hq, d) contiguous in
-    q's dtype (rows in no sequence are left unwritten) and lse (hq, total_q) fp32."""
+    q's dtype (rows in no sequence are left unwritten) and lse (hq, total_q)
+    fp32. `deterministic` only affects the backward."""
     return _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale, causal, window_left, window_right, softcap, sinks,
                            seqused_q, seqused_k)
@@ -122,7 +122,7 @@ def fwd_varlen(
 @fwd_varlen.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, window_left=-1, window_right=-1, softcap=0.0,
-                     sinks=None, seqused_q=None, seqused_k=None):
+                     sinks=None, seqused_q=None, seqused_k=None, deterministic=False):
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=False)
     _check_sinks(sinks, q[None])
@@ -130,14 +130,88 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32)
 
 
+def _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                     max_seqlen_k, softmax_scale, causal, deterministic, window_left,
+                     window_right, softcap, sinks, seqused_q, seqused_k):
+    _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
+                         max_seqlen_q, max_seqlen_k, need_cuda=True)
+    _check_bwd_inputs(dout, q, out, lse, varlen=True)
+    _check_sinks(sinks, q[None])
+    # Rows in no sequence get no gradient from the kernels: zeros, not garbage.
+    dq = torch.zeros_like(q, memory_format=_CONTIGUOUS)
+    dk = torch.zeros_like(k, memory_format=_CONTIGUOUS)
+    dv = torch.zeros_like(v, memory_format=_CONTIGUOUS)
+    dsinks = _empty_dsinks(q, sinks)
+    _launch_bwd(_dense(dout), q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, causal,
+                deterministic, window_left, window_right, softcap, sinks,
+                varlen=(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q,
+                        max_seqlen_k))
+    return dq, dk, dv, dsinks
+
+
+@torch.library.custom_op("flash3::bwd_varlen", mutates_args=())
+def bwd_varlen(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: Optional[float],
+    causal: bool,
+    deterministic: bool,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+    sinks: Optional[torch.Tensor] = None,
+    seqused_q: Optional[torch.Tensor] = None,
+    seqused_k: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Varlen attention backward: (dq, dk, dv, dsinks) for the forward that
+    gave out, lse, packed like q, k, v (rows in no sequence are zero).
+    dsinks: (hq,) fp32 with sinks, else an empty tensor."""
+    return _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                            max_seqlen_k, softmax_scale, causal, deterministic, window_left,
+                            window_right, softcap, sinks, seqused_q, seqused_k)
+
+
+@bwd_varlen.register_fake
+def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                     max_seqlen_k, softmax_scale, causal, deterministic, window_left=-1,
+                     window_right=-1, softcap=0.0, sinks=None, seqused_q=None, seqused_k=None):
+    _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
+                         max_seqlen_q, max_seqlen_k, need_cuda=False)
+    _check_bwd_inputs(dout, q, out, lse, varlen=True)
+    _check_sinks(sinks, q[None])
+    return (torch.empty_like(q, memory_format=_CONTIGUOUS),
+            torch.empty_like(k, memory_format=_CONTIGUOUS),
+            torch.empty_like(v, memory_format=_CONTIGUOUS),
+            _empty_dsinks(q, sinks))
+
+
 def _fwd_varlen_setup_context(ctx, inputs, output):
-    ctx.mark_non_differentiable(output[1])
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+     window_left, window_right, softcap, sinks, seqused_q, seqused_k, deterministic) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks, seqused_q,
+                          seqused_k)
+    ctx.sinks_need_grad = sinks is not None and sinks.requires_grad  # as in ops.py
+    ctx.lengths = (max_seqlen_q, max_seqlen_k)
+    ctx.options = (softmax_scale, causal, deterministic, window_left, window_right, softcap)
+    ctx.mark_non_differentiable(lse)
 
 
 def _fwd_varlen_backward(ctx, dout, _dlse):
-    # flash_attn_varlen_func refuses before the forward; the op called
-    # directly refuses here rather than dropping the gradient.
-    raise _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, _VARLEN_BACKWARD)
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks, seqused_q, seqused_k = ctx.saved_tensors
+    sinks = sinks if ctx.sinks_need_grad else None
+    dq, dk, dv, dsinks = torch.ops.flash3.bwd_varlen.default(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.lengths, *ctx.options, sinks,
+        seqused_q, seqused_k)
+    return (dq, dk, dv) + (None,) * 9 + (None if sinks is None else dsinks,) + (None,) * 3
 
 
 fwd_varlen.register_autograd(_fwd_varlen_backward, setup_context=_fwd_varlen_setup_context)
@@ -146,7 +220,8 @@ _fwd_varlen_op = torch.ops.flash3.fwd_varlen.default
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                           sinks=None, seqused_q=None, seqused_k=None, return_lse=False):
+                           sinks=None, seqused_q=None, seqused_k=None, return_lse=False,
+                           deterministic=False):
     """Exact attention over a batch of packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim),
@@ -161,23 +236,22 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     with masks aligned to each sequence's own bottom-right corner.
     Returns out (total_q, heads_q, head_dim), or (out, lse) with lse
     (heads_q, total_q) fp32 when return_lse is true. Rows that belong to no
-    sequence are left unwritten. The backward is not implemented yet: inputs
-    that require grad (with grad enabled) are refused.
+    sequence are left unwritten. Differentiable in q, k, v and sinks as
+    flash_attn_func (gradient rows in no sequence are zero); deterministic=True
+    makes the backward bitwise reproducible.
     """
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
     sinks = _sinks_as_fp32(sinks)
     _check_max_seqlens(max_seqlen_q, max_seqlen_k)  # the op's schema would refuse them unnamed
-    if torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, sinks)):
-        raise _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, _VARLEN_BACKWARD)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
             bool(causal), window_left, window_right, float(softcap), sinks, seqused_q, seqused_k)
     if _can_skip_dispatcher(q, k, v) and all(
             t is None or type(t) is _Tensor for t in (cu_seqlens_q, cu_seqlens_k, sinks,
-                                                      seqused_q, seqused_k)):
+                                                      seqused_q, seqused_k)) and not (
+            sinks is not None and torch.is_grad_enabled() and sinks.requires_grad):
         # As in flash_attn_func: the op's dispatch costs more host time than a
         # small problem's kernel, and nothing here needs it.
         out, lse = _forward_varlen(*args, want_lse=return_lse)
     else:
-        out, lse = _fwd_varlen_op(*args)
+        out, lse = _fwd_varlen_op(*args, bool(deterministic))
     return (out, lse) if return_lse else out

@@ -62,20 +62,25 @@ CheckResult cuda_failure(cudaError_t error) {
 
 // Launches everything; the first failure stops the sequence.
 CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
-  const bool has_queries = p.batch > 0 && p.seqlen_q > 0;
-  const bool has_keys = p.batch > 0 && p.seqlen_k > 0;
+  const bool has_queries = host::backward_has_queries(p);
+  const bool has_keys = host::backward_has_keys(p);
   // Without keys dq is 0; without queries (or with only keys nobody sees) dk, dv are 0;
-  // either way out is 0, so is D = rowsum(dO * O) and with it dsinks.
+  // either way out is 0, so is D = rowsum(dO * O) and with it dsinks. Varlen
+  // zeroes the packed rows as one sequence.
   if (!has_queries || !has_keys) {
+    const bool varlen = p.cu_seqlens_q != nullptr;
+    const int batch = varlen ? 1 : p.batch;
     if (p.dsinks != nullptr)
       if (cudaError_t e = cudaMemsetAsync(p.dsinks, 0, sizeof(float) * p.heads_q, stream); e != cudaSuccess)
         return cuda_failure(e);
     if (has_queries)
-      if (cudaError_t e = kernels::run_zero_fill(p.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim, stream);
+      if (cudaError_t e = kernels::run_zero_fill(p.dq, batch, varlen ? p.total_q : p.seqlen_q, p.heads_q,
+                                                 p.head_dim, stream);
           e != cudaSuccess)
         return cuda_failure(e);
+    const int rows_k = varlen ? p.total_k : p.seqlen_k;
     for (const Tensor4d* t : {&p.dk, &p.dv})
-      if (cudaError_t e = kernels::run_zero_fill(*t, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, stream);
+      if (cudaError_t e = kernels::run_zero_fill(*t, batch, rows_k, p.heads_kv, p.head_dim, stream);
           e != cudaSuccess)
         return cuda_failure(e);
     return {};
@@ -97,7 +102,7 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
 Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
   if (CheckResult r = host::validate_backward(params); !r.ok()) return host::record(r);
   // Nothing to launch, unless dsinks must be zeroed.
-  if ((params.batch == 0 || (params.seqlen_q == 0 && params.seqlen_k == 0)) &&
+  if (!host::backward_has_queries(params) && !host::backward_has_keys(params) &&
       params.dsinks == nullptr) {
     host::clear_last_error();
     return Status::kOk;

@@ -22,15 +22,17 @@ constexpr uint64_t kFwdParamsSizeV4 = 280;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
 static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
-static_assert(FLASH3_ABI_VERSION != 4 || sizeof(flash3_fwd_params) == kFwdParamsSizeV4,
+static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV4,  // unchanged in v5
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
 constexpr uint64_t kBwdParamsSizeV2 = 408;  // unchanged in v3
 constexpr uint64_t kBwdParamsSizeV4 = 424;
+constexpr uint64_t kBwdParamsSizeV5 = 464;
 static_assert(offsetof(flash3_bwd_params, window_left) == kBwdParamsSizeV1);
 static_assert(offsetof(flash3_bwd_params, sinks) == kBwdParamsSizeV2);
-static_assert(FLASH3_ABI_VERSION != 4 || sizeof(flash3_bwd_params) == kBwdParamsSizeV4,
+static_assert(offsetof(flash3_bwd_params, cu_seqlens_q) == kBwdParamsSizeV4);
+static_assert(sizeof(flash3_bwd_params) == kBwdParamsSizeV5,
               "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
@@ -110,6 +112,12 @@ flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
   out.softcap = p.softcap;
   out.sinks = p.sinks;
   out.dsinks = p.dsinks;
+  out.cu_seqlens_q = p.cu_seqlens_q;
+  out.cu_seqlens_k = p.cu_seqlens_k;
+  out.seqused_q = p.seqused_q;
+  out.seqused_k = p.seqused_k;
+  out.total_q = p.total_q;
+  out.total_k = p.total_k;
   return out;
 }
 

@@ -3,6 +3,8 @@
 #include <initializer_list>
 #include <mutex>
 
+#include "validate.hpp"
+
 namespace flash3::host {
 namespace {
 
@@ -119,9 +121,10 @@ CheckResult check_device_pointers(const ForwardParams& p, int device) {
 }
 
 CheckResult check_device_pointers(const BackwardParams& p, int device) {
-  const bool has_queries = p.batch > 0 && p.seqlen_q > 0;
-  const bool has_keys = p.batch > 0 && p.seqlen_k > 0;
+  const bool has_queries = backward_has_queries(p);
+  const bool has_keys = backward_has_keys(p);
   const bool both = has_queries && has_keys;
+  const bool varlen = both && p.cu_seqlens_q != nullptr;
   return check_used_pointers({{"q", p.q.data, both},
                               {"k", p.k.data, both},
                               {"v", p.v.data, both},
@@ -133,7 +136,11 @@ CheckResult check_device_pointers(const BackwardParams& p, int device) {
                               {"dk", p.dk.data, has_keys},
                               {"dv", p.dv.data, has_keys},
                               {"sinks", p.sinks, both && p.dsinks != nullptr},
-                              {"dsinks", p.dsinks, p.dsinks != nullptr}},
+                              {"dsinks", p.dsinks, p.dsinks != nullptr},
+                              {"cu_seqlens_q", p.cu_seqlens_q, varlen},
+                              {"cu_seqlens_k", p.cu_seqlens_k, varlen},
+                              {"seqused_q", p.seqused_q, varlen && p.seqused_q != nullptr},
+                              {"seqused_k", p.seqused_k, varlen && p.seqused_k != nullptr}},
                              device);
 }
 

@@ -1,6 +1,7 @@
 #include "validate.hpp"
 
 #include "bwd_workspace.hpp"
+#include "kernels/tile_config.h"
 
 #include <cmath>
 #include <cstdint>
@@ -297,13 +298,32 @@ ForwardParams forward_view(const BackwardParams& p) {
   f.window_right = p.window_right;
   f.softcap = p.softcap;
   f.sinks = p.sinks;
+  f.cu_seqlens_q = p.cu_seqlens_q;
+  f.cu_seqlens_k = p.cu_seqlens_k;
+  f.seqused_q = p.seqused_q;
+  f.seqused_k = p.seqused_k;
+  f.total_q = p.total_q;
+  f.total_k = p.total_k;
   return f;
+}
+
+bool backward_has_queries(const BackwardParams& p) {
+  return p.batch > 0 && p.seqlen_q > 0 && (p.cu_seqlens_q == nullptr || p.total_q > 0);
+}
+
+bool backward_has_keys(const BackwardParams& p) {
+  return p.batch > 0 && p.seqlen_k > 0 && (p.cu_seqlens_q == nullptr || p.total_k > 0);
 }
 
 CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built) {
   if (CheckResult r = validate_forward(forward_view(p), built); !r.ok()) return r;
-  const bool q_used = p.batch > 0 && p.seqlen_q > 0;
-  const bool kv_used = p.batch > 0 && p.seqlen_k > 0;
+  // Varlen's workspace rows: every sequence padded to whole query blocks (bwd_workspace.cpp).
+  const int64_t block_m = kernels::bwd_tile_config(p.head_dim).block_m;
+  if (p.cu_seqlens_q != nullptr && int64_t{p.total_q} + (int64_t{p.batch} + 1) * block_m > kMaxRows)
+    return invalid(cat("total_q + (batch + 1) * ", block_m, " must be at most ", kMaxRows,
+                       " for the varlen backward; got ", int64_t{p.total_q} + (int64_t{p.batch} + 1) * block_m));
+  const bool q_used = backward_has_queries(p);
+  const bool kv_used = backward_has_keys(p);
   const struct {
     const char* name;
     const Tensor4d& tensor;
@@ -320,7 +340,9 @@ CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built)
   // Only a problem with queries and keys reads lse and needs the workspace.
   if (!q_used || !kv_used) return {};
   if (p.lse == nullptr)
-    return invalid("lse: expected the forward's LSE, (batch, num_heads_q, seqlen_q) fp32; got NULL");
+    return invalid(cat("lse: expected the forward's LSE, ",
+                       p.cu_seqlens_q != nullptr ? "(num_heads_q, total_q)" : "(batch, num_heads_q, seqlen_q)",
+                       " fp32; got NULL"));
   const size_t needed = bwd_workspace_layout(p).bytes;
   if (p.workspace == nullptr)
     return invalid(cat("workspace: expected device memory of at least ", needed,

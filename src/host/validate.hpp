@@ -53,6 +53,11 @@ CheckResult validate_forward(const ForwardParams& params,
 CheckResult validate_backward(const BackwardParams& params,
                               const BuildConfig& built = built_config());
 
+// Whether the backward has query rows (keys) to compute: batch > 0 and
+// seqlen_q (seqlen_k) > 0, with varlen also total_q (total_k) > 0.
+bool backward_has_queries(const BackwardParams& params);
+bool backward_has_keys(const BackwardParams& params);
+
 // The forward problem whose gradient `params` asks for.
 ForwardParams forward_view(const BackwardParams& params);
 

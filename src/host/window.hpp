@@ -7,7 +7,6 @@
 #pragma once
 
 #include <algorithm>
-#include <type_traits>
 
 #include "flash3/flash3.hpp"
 
@@ -38,11 +37,9 @@ inline Window resolve_window(bool causal, int left, int right, int seqlen_q, int
 // total_q + total_k).
 template <class Params>
 void resolve_window(Params& p) {
-  Window w = resolve_window(p.causal, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k);
-  if constexpr (std::is_same_v<Params, ForwardParams>) {
-    if (p.cu_seqlens_q != nullptr)
-      w = resolve_band(p.causal, p.window_left, p.window_right, p.total_q, p.total_k);
-  }
+  Window const w = p.cu_seqlens_q != nullptr
+                       ? resolve_band(p.causal, p.window_left, p.window_right, p.total_q, p.total_k)
+                       : resolve_window(p.causal, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k);
   p.window_left = w.left;
   p.window_right = w.right;
 }

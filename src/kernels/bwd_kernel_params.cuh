@@ -38,6 +38,15 @@ struct BwdKernelParams {
   // each (batch, head, key block)'s share of sum_j P_sink,j sum_i P_ij
   // (dP_ij - D_j) to ws.sink_partials (bwd_mainloop.cuh). Null otherwise.
   float const* sinks;
+  // Varlen (Traits::kVarlen; null otherwise), as in FwdKernelParams: batch
+  // sequences, seqlen_q / seqlen_k the longest; TMA sees the packed tensors
+  // as one batch entry; the band is relative to each sequence.
+  int const* cu_seqlens_q;
+  int const* cu_seqlens_k;
+  int const* seqused_q;
+  int const* seqused_k;
+  int total_q;
+  int total_k;
 };
 
 }  // namespace flash3::kernels

@@ -20,19 +20,25 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
   using Element = typename Traits::Element;
   using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
   using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
+  constexpr bool kVarlen = Traits::kVarlen;
+  // Varlen as in launch_fwd: one batch entry of packed rows, bands relative to each sequence.
+  int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
+  int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
+  int const tma_batch = kVarlen ? 1 : p.batch;
+  int const diagonal = kVarlen ? 0 : p.seqlen_k - p.seqlen_q;
   auto const q_tile = take<0, 2>(typename Traits::SmemLayoutQ{});
   BwdKernelParams<Traits> kp{
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, p.batch, p.seqlen_q, p.heads_q), q_tile,
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch, rows_q, p.heads_q), q_tile,
                     TileQ{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.dout, p.batch, p.seqlen_q, p.heads_q),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.dout, tma_batch, rows_q, p.heads_q),
                     q_tile, TileQ{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, p.batch, p.seqlen_k, p.heads_kv),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch, rows_k, p.heads_kv),
                     typename Traits::SmemLayoutK{}, TileKV{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, p.batch, p.seqlen_k, p.heads_kv),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, tma_batch, rows_k, p.heads_kv),
                     typename Traits::SmemLayoutV{}, TileKV{}, _1{}),
       static_cast<Element*>(p.dk.data),
       static_cast<Element*>(p.dv.data),
-      {p.dk.stride[0], p.dv.stride[0]},
+      {kVarlen ? 0 : p.dk.stride[0], kVarlen ? 0 : p.dv.stride[0]},
       {p.dk.stride[1], p.dv.stride[1]},
       {p.dk.stride[2], p.dv.stride[2]},
       ws,
@@ -41,14 +47,20 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
-      p.seqlen_k - p.seqlen_q - p.window_left,   // key_lo (unused unless banded)
-      p.seqlen_k - p.seqlen_q + p.window_right,  // key_hi
+      diagonal - p.window_left,   // key_lo (unused unless banded)
+      diagonal + p.window_right,  // key_hi
       p.softmax_scale,
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
       (p.softcap > 0.f ? p.softcap : p.softmax_scale) * float(M_LOG2E),
       p.deterministic,
       Traits::kBanded && p.deterministic ? ceil_div(p.seqlen_k, Traits::kBlockN) - 1 : 0,
       p.dsinks != nullptr ? p.sinks : nullptr,
+      p.cu_seqlens_q,
+      p.cu_seqlens_k,
+      p.seqused_q,
+      p.seqused_k,
+      p.total_q,
+      p.total_k,
   };
   auto kernel = bwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(typename Traits::SharedStorage));
@@ -60,14 +72,17 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   dim3 const convert_grid(ceil_div(p.seqlen_q, Traits::kBlockM), p.heads_q, p.batch);
   bwd_dq_convert_kernel<Traits><<<convert_grid, Traits::kNumConsumerThreads, 0, stream>>>(
-      kp, static_cast<Element*>(p.dq.data), p.dq.stride[0], p.dq.stride[1], p.dq.stride[2]);
+      kp, static_cast<Element*>(p.dq.data), kVarlen ? 0 : p.dq.stride[0], p.dq.stride[1], p.dq.stride[2]);
   return cudaGetLastError();
 }
 
-// `params` is resolved like the forward's (fwd_run.h): banded iff window_left >= 0.
+// `params` is resolved like the forward's (fwd_run.h): banded iff
+// window_left >= 0, and varlen is always banded.
 template <DType kDType, int kHeadDim>
 cudaError_t run_bwd(BackwardParams const& params, BwdWorkspaceView const& ws, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
+  if (params.cu_seqlens_q != nullptr)
+    return launch_bwd<BwdTraits<Element, kHeadDim, true, true>>(params, ws, stream);
   return params.window_left >= 0
              ? launch_bwd<BwdTraits<Element, kHeadDim, true>>(params, ws, stream)
              : launch_bwd<BwdTraits<Element, kHeadDim, false>>(params, ws, stream);

@@ -12,6 +12,7 @@
 #include "kernels/dq_accumulator.cuh"
 #include "kernels/fragment_layout.cuh"
 #include "kernels/online_softmax.cuh"
+#include "kernels/packed_sequence.cuh"
 #include "kernels/wgmma_gemm.cuh"
 
 namespace flash3::kernels {
@@ -20,11 +21,18 @@ using namespace cute;
 
 // Where one CTA works: a block of keys of one KV head of one batch entry. It
 // walks the query blocks of every query head that shares this KV head, so
-// dK and dV of a GQA group are summed in registers.
+// dK and dV of a GQA group are summed in registers. Varlen: the sequence's
+// first rows in the packed tensors, its lengths, and its start in the
+// workspace (otherwise left 0: the params give them).
 struct BwdTile {
   int n_block;
   int kv_head;
   int batch;
+  int offset_q = 0;
+  int offset_k = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int stats_start = 0;
 };
 
 template <class Traits>
@@ -39,21 +47,80 @@ struct BwdMainloop {
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
 
-  CUTE_DEVICE static int64_t row_stats_offset(Params const& p, int batch, int head) {
-    return (int64_t(batch) * p.heads_q + head) * p.ws.seqlen_q_rounded;
+  static constexpr bool kVarlen = Traits::kVarlen;
+
+  CUTE_DEVICE static BwdTile make_tile(Params const& p, int n_block, int kv_head, int batch) {
+    if constexpr (kVarlen) {
+      PackedSequence const q = packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q, p.seqlen_q);
+      PackedSequence const k = packed_sequence(p.cu_seqlens_k, p.seqused_k, batch, p.total_k, p.seqlen_k);
+      return {n_block, kv_head, batch, q.offset, k.offset, q.length, k.length,
+              padded_sequence_start(q, batch, kBlockM)};
+    } else {
+      return {n_block, kv_head, batch};
+    }
+  }
+
+  // Fixed lengths read the params directly (the constant bank: no registers).
+  CUTE_DEVICE static int seqlen_q(Params const& p, BwdTile const& tile) {
+    return kVarlen ? tile.seqlen_q : p.seqlen_q;
+  }
+  CUTE_DEVICE static int seqlen_k(Params const& p, BwdTile const& tile) {
+    return kVarlen ? tile.seqlen_k : p.seqlen_k;
+  }
+  CUTE_DEVICE static Mask make_mask(Params const& p, BwdTile const& tile) {
+    if constexpr (kVarlen) {
+      return varlen_mask(p, tile.seqlen_q, tile.seqlen_k);
+    } else {
+      return {p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
+    }
+  }
+  CUTE_DEVICE static Mask varlen_mask(Params const& p, int seqlen_q, int seqlen_k) {
+    int const diagonal = seqlen_k - seqlen_q;
+    return {seqlen_q, seqlen_k, diagonal + p.key_lo, diagonal + p.key_hi};
+  }
+  // The mask inside compute()'s loop. Varlen: the lengths the kernel put in
+  // shared memory, read at each step (volatile: not hoisted); held in
+  // registers through the loop, they made d = 128 spill.
+  CUTE_DEVICE static Mask step_mask(Params const& p, SharedStorage& smem, BwdTile const& tile) {
+    if constexpr (kVarlen) {
+      auto const* lengths = reinterpret_cast<int const volatile*>(smem.sequence_lengths);
+      return varlen_mask(p, lengths[0], lengths[1]);
+    } else {
+      return make_mask(p, tile);
+    }
+  }
+
+  // First workspace row of (the tile's sequence, head): bwd_run.h's layouts.
+  CUTE_DEVICE static int64_t stats_row(Params const& p, BwdTile const& tile, int head) {
+    int64_t const start = kVarlen ? tile.stats_start : int64_t(tile.batch) * p.heads_q * p.ws.head_rows;
+    return start + int64_t(head) * p.ws.head_rows;
+  }
+
+  // (rows, head_dim) of one head of the tile's sequence in the tensor `tma`
+  // loads (`rows` per batch entry); varlen: TMA sees the packed tensors as
+  // one batch entry, the sequence from row `offset`.
+  template <class Tma>
+  CUTE_DEVICE static auto sequence_rows(Params const& p, Tma const& tma, int rows, int heads, int head,
+                                        int batch, int offset) {
+    if constexpr (kVarlen) {
+      Tensor m = tma.get_tma_tensor(make_shape(rows, Int<kHeadDim>{}, heads, 1));
+      return domain_offset(make_coord(offset, _0{}), m(_, _, head, _0{}));
+    } else {
+      return tma.get_tma_tensor(make_shape(rows, Int<kHeadDim>{}, heads, p.batch))(_, _, head, batch);
+    }
   }
 
   // Run by one producer thread, once per CTA.
   CUTE_DEVICE static void load_kv(Params const& p, SharedStorage& smem, BwdTile tile) {
     int const heads_kv = p.heads_q / p.heads_per_kv_head;
-    auto const shape = make_shape(p.seqlen_k, Int<kHeadDim>{}, heads_kv, p.batch);
-    Tensor mK = p.tma_k.get_tma_tensor(shape);
-    Tensor mV = p.tma_v.get_tma_tensor(shape);
+    int const rows = kVarlen ? p.total_k : p.seqlen_k;
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
     auto const coord = make_coord(tile.n_block, _0{});
-    Tensor gK = local_tile(mK(_, _, tile.kv_head, tile.batch), TileKV{}, coord);
-    Tensor gV = local_tile(mV(_, _, tile.kv_head, tile.batch), TileKV{}, coord);
+    Tensor gK = local_tile(sequence_rows(p, p.tma_k, rows, heads_kv, tile.kv_head, tile.batch, tile.offset_k),
+                           TileKV{}, coord);
+    Tensor gV = local_tile(sequence_rows(p, p.tma_v, rows, heads_kv, tile.kv_head, tile.batch, tile.offset_k),
+                           TileKV{}, coord);
     auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
@@ -70,19 +137,19 @@ struct BwdMainloop {
   CUTE_DEVICE static void load_q_do(Params const& p, SharedStorage& smem, BwdTile tile, int head,
                                     int m_begin, int m_end, Pipeline& pipeline_q,
                                     Pipeline& pipeline_do, PipelineState& write) {
-    auto const shape = make_shape(p.seqlen_q, Int<kHeadDim>{}, p.heads_q, p.batch);
-    Tensor mQ = p.tma_q.get_tma_tensor(shape);
-    Tensor mdO = p.tma_do.get_tma_tensor(shape);
+    int const rows = kVarlen ? p.total_q : p.seqlen_q;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-    Tensor gQ = local_tile(mQ(_, _, head, tile.batch), TileQ{}, make_coord(_, _0{}));  // (M, D, m)
-    Tensor gdO = local_tile(mdO(_, _, head, tile.batch), TileQ{}, make_coord(_, _0{}));
+    Tensor gQ = local_tile(sequence_rows(p, p.tma_q, rows, p.heads_q, head, tile.batch, tile.offset_q),
+                           TileQ{}, make_coord(_, _0{}));  // (M, D, m)
+    Tensor gdO = local_tile(sequence_rows(p, p.tma_do, rows, p.heads_q, head, tile.batch, tile.offset_q),
+                            TileQ{}, make_coord(_, _0{}));
     auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
     auto [tdOgdO, tdOsdO] = tma_partition(p.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
                                           group_modes<0, 2>(gdO));
-    float const* lse = p.ws.lse_log2 + row_stats_offset(p, tile.batch, head);
-    float const* dpsum = p.ws.dpsum + row_stats_offset(p, tile.batch, head);
+    float const* lse = p.ws.lse_log2 + stats_row(p, tile, head);
+    float const* dpsum = p.ws.dpsum + stats_row(p, tile, head);
 #pragma unroll 1  // unrolled, the loop needs more than the producer's registers
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
       int const stage = write.index();
@@ -145,7 +212,6 @@ struct BwdMainloop {
     Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
     constexpr int kCols = decltype(size<1>(coords))::value;
 
-    Mask const mask{p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
     bool const softcap = p.softcap_input_scale != 0.f;
     // The sinks' gradient is -sum_j P_sink,j sum_i P_ij dP_ij (j: queries, i:
     // keys); D_j = rowsum(dO O) from the rounded output is not accurate enough
@@ -173,6 +239,7 @@ struct BwdMainloop {
       Tensor dp = as_rowcol(acc_dp);
       warpgroup_wait<1>();
       if (softcap) apply_softcap(scores, p.softcap_input_scale);
+      Mask const mask = step_mask(p, smem, tile);
       if (mask.needs_mask(m_block, tile.n_block))
         mask.apply_transposed(scores, coords, m_block, tile.n_block);
       warpgroup_wait<0>();
@@ -273,7 +340,8 @@ struct BwdMainloop {
       if constexpr (Traits::kDQInSmem) {
         DQAccumulator<Traits>::to_writer(smem.dq.data(), thread, step, acc_dq);
       } else {
-        DQAccumulator<Traits>::add_atomic(p, tile.batch, head, tile.n_block, m_block, thread, acc_dq);
+        DQAccumulator<Traits>::add_atomic(p, mask, stats_row(p, tile, head), tile.n_block, m_block,
+                                          thread, acc_dq);
       }
     }
     if (p.sinks != nullptr) write_sink_partial(p, smem, tile, head, thread, sink_sum);
@@ -294,10 +362,13 @@ struct BwdMainloop {
     if (thread == 0) {
       float total = 0.f;
       for (int w = 0; w < Traits::kNumConsumerThreads / 32; ++w) total += smem.sink_sums[w];
-      int64_t const row = int64_t(tile.batch) * p.heads_q + head;
-      p.ws.sink_partials[row * p.ws.sink_key_blocks + tile.n_block] = total;
+      write_sink_share(p, tile, head, total);
     }
     sync();  // the next head writes sink_sums again
+  }
+  CUTE_DEVICE static void write_sink_share(Params const& p, BwdTile const& tile, int head, float value) {
+    int64_t const row = int64_t(tile.batch) * p.heads_q + head;
+    p.ws.sink_partials[row * p.ws.sink_key_blocks + tile.n_block] = value;
   }
 };
 

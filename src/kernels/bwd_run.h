@@ -10,16 +10,19 @@ namespace flash3::kernels {
 // Row statistics and the dQ accumulator, laid out per (batch, head) with the
 // query rows padded to whole query blocks, so that every tile's loads and
 // atomic adds stay inside the buffers. Carved out of the caller's workspace.
+// Varlen: per head, (heads_q, head_rows), sequence b's rows from
+// padded_sequence_start (packed_sequence.cuh); rows between sequences are
+// padding.
 struct BwdWorkspaceView {
-  float* lse_log2;    // (batch, heads_q, seqlen_q_rounded): LSE * log2(e); +inf for rows without keys and padding
-  float* dpsum;       // (batch, heads_q, seqlen_q_rounded): rowsum(dO * O); 0 for padding
-  float* dq_accum;    // (batch, heads_q, seqlen_q_rounded * head_dim): sum of dS K, unscaled; each
+  float* lse_log2;    // (batch, heads_q, head_rows): LSE * log2(e); +inf for rows without keys and padding
+  float* dpsum;       // (batch, heads_q, head_rows): rowsum(dO * O); 0 for padding
+  float* dq_accum;    // (batch, heads_q, head_rows * head_dim): sum of dS K, unscaled; each
                       // query block's tile in the order of dq_accumulator.cuh
-  int* dq_semaphore;  // (batch, heads_q, seqlen_q_rounded / block_m): key blocks that have added to dQ
+  int* dq_semaphore;  // (batch, heads_q, head_rows / block_m): key blocks that have added to dQ
   // With dsinks: (batch, heads_q, sink_key_blocks), each key block's share of
   // sum_j P_sink,j sum_i P_ij (dP_ij - D_j) (written by the main kernel); else null.
   float* sink_partials;
-  int seqlen_q_rounded;
+  int head_rows;  // a multiple of block_m
   int sink_key_blocks;
 };
 

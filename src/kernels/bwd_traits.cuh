@@ -34,12 +34,15 @@ template <class Layout, class Shape2d>
 using TransposedView = decltype(composition(
     Layout{}, make_ordered_layout(Shape2d{}, Step<_2, _1, _3>{})));
 
-// kBanded: causal or sliding-window mask (attention_mask.cuh).
-template <class Element_, int kHeadDim_, bool kBanded_>
+// kBanded: causal or sliding-window mask (attention_mask.cuh). kVarlen:
+// packed sequences (BwdKernelParams), always banded as in the forward.
+template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBanded = kBanded_;
+  static constexpr bool kVarlen = kVarlen_;
+  static_assert(kBanded || !kVarlen, "varlen kernels take the mask as a band");
   static constexpr BwdTileConfig kTile = bwd_tile_config(kHeadDim);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -139,6 +142,7 @@ struct BwdTraits {
     cute::array_aligned<float, kBlockM * kStages, 128> lse_log2;
     cute::array_aligned<float, kBlockM * kStages, 128> dpsum;
     float sink_sums[kNumConsumerThreads / 32];  // one per consumer warp (BwdMainloop::write_sink_partial)
+    int sequence_lengths[2];  // varlen: this CTA's seqlen_q, seqlen_k (BwdMainloop::step_mask)
     typename PipelineQ::SharedStorage pipeline_q;
     typename PipelineQ::SharedStorage pipeline_do;
     cutlass::arch::ClusterTransactionBarrier barrier_kv;

@@ -5,7 +5,7 @@
 // v of consumer thread t sits at ((v / 4) * threads + t) * 4 + v % 4, so a
 // warp's float4 writes (to shared memory, or atomics to global) cover 512
 // contiguous bytes instead of eight rows 8 * head_dim * 4 bytes apart. The
-// conversion kernel at the end reads the same order back.
+// conversion kernel (bwd_kernel.cuh) reads the same order back.
 //
 // d <= 128: consumers write the tile to shared memory and one warp of the
 // producer warpgroup adds it to global memory with a bulk reduce (one
@@ -23,7 +23,6 @@
 #include "kernels/attention_mask.cuh"
 #include "kernels/bwd_kernel_params.cuh"
 #include "kernels/fragment_layout.cuh"
-#include "kernels/fragment_store.cuh"
 
 namespace flash3::kernels {
 
@@ -47,13 +46,14 @@ struct DQAccumulator {
   static constexpr uint32_t kTileBytes = sizeof(float) * Traits::kBlockM * Traits::kHeadDim;
   static constexpr uint32_t kWriterThreads = kThreads + cutlass::NumThreadsPerWarp;
 
-  CUTE_DEVICE static float* global_tile(Params const& p, int batch, int head, int m_block) {
-    int64_t const rows = (int64_t(batch) * p.heads_q + head) * p.ws.seqlen_q_rounded;
-    return p.ws.dq_accum + (rows + int64_t(m_block) * Traits::kBlockM) * Traits::kHeadDim;
+  using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN>;
+
+  // `stats_row`: the first workspace row of one (sequence, head) (BwdMainloop::stats_row).
+  CUTE_DEVICE static float* global_tile(Params const& p, int64_t stats_row, int m_block) {
+    return p.ws.dq_accum + (stats_row + int64_t(m_block) * Traits::kBlockM) * Traits::kHeadDim;
   }
-  CUTE_DEVICE static int* semaphore(Params const& p, int batch, int head, int m_block) {
-    int const m_blocks = p.ws.seqlen_q_rounded / Traits::kBlockM;
-    return p.ws.dq_semaphore + (int64_t(batch) * p.heads_q + head) * m_blocks + m_block;
+  CUTE_DEVICE static int* semaphore(Params const& p, int64_t stats_row, int m_block) {
+    return p.ws.dq_semaphore + stats_row / Traits::kBlockM + m_block;
   }
   // Deterministic mode: key block n_block adds to tile m_block after `turn`
   // other key blocks. Ascending for full attention, where every CTA starts at
@@ -63,10 +63,8 @@ struct DQAccumulator {
   // no CTA idles for the CTAs of lower key blocks to catch up; run_bwd
   // launches key blocks in reverse then, so a CTA only waits on CTAs
   // dispatched before it.
-  CUTE_DEVICE static int turn(Params const& p, int n_block, int m_block) {
+  CUTE_DEVICE static int turn(Mask const& mask, int n_block, int m_block) {
     if constexpr (Traits::kBanded) {
-      AttentionMask<true, Traits::kBlockM, Traits::kBlockN> const mask{
-          p.seqlen_q, p.seqlen_k, p.key_lo, p.key_hi};
       return mask.n_block_end(m_block) - 1 - n_block;
     } else {
       return n_block;
@@ -106,17 +104,17 @@ struct DQAccumulator {
   // consumers hand over, for query blocks [m_begin, m_end) of `head`;
   // `last_head`: the CTA's last head, whose last tile needs no free buffer
   // after it. (No step counters: the producer's 24 registers are full.)
-  CUTE_DEVICE static void writer(Params const& p, float const* smem_tile, int batch, int head,
-                                 int n_block, int m_begin, int m_end, bool last_head) {
+  CUTE_DEVICE static void writer(Params const& p, Mask const& mask, float const* smem_tile,
+                                 int64_t stats_row, int n_block, int m_begin, int m_end, bool last_head) {
     bool const leader = cute::elect_one_sync();
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
       cutlass::arch::NamedBarrier::sync(kWriterThreads, uint32_t(BwdNamedBarrier::kDQFull));
       if (leader) {
-        int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
-        int const my_turn = sem != nullptr ? turn(p, n_block, m_block) : 0;
+        int* sem = p.deterministic ? semaphore(p, stats_row, m_block) : nullptr;
+        int const my_turn = sem != nullptr ? turn(mask, n_block, m_block) : 0;
         if (sem != nullptr) wait_turn(sem, my_turn);
         cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
-                                        cuda::ptx::op_add, global_tile(p, batch, head, m_block),
+                                        cuda::ptx::op_add, global_tile(p, stats_row, m_block),
                                         smem_tile, kTileBytes);
         cuda::ptx::cp_async_bulk_commit_group();
         if (sem != nullptr) {
@@ -137,12 +135,12 @@ struct DQAccumulator {
 
   // Consumers, d = 256: float4 atomics straight from registers.
   template <class Frag>
-  CUTE_DEVICE static void add_atomic(Params const& p, int batch, int head, int n_block, int m_block,
-                                     int thread, Frag const& acc) {
+  CUTE_DEVICE static void add_atomic(Params const& p, Mask const& mask, int64_t stats_row, int n_block,
+                                     int m_block, int thread, Frag const& acc) {
     static_assert(decltype(size(acc))::value == kValues);
-    float* tile = global_tile(p, batch, head, m_block);
-    int* sem = p.deterministic ? semaphore(p, batch, head, m_block) : nullptr;
-    int const my_turn = sem != nullptr ? turn(p, n_block, m_block) : 0;
+    float* tile = global_tile(p, stats_row, m_block);
+    int* sem = p.deterministic ? semaphore(p, stats_row, m_block) : nullptr;
+    int const my_turn = sem != nullptr ? turn(mask, n_block, m_block) : 0;
     if (sem != nullptr) {
       if (thread == 0) wait_turn(sem, my_turn);
       cutlass::arch::NamedBarrier::sync(kThreads, uint32_t(BwdNamedBarrier::kDQOrder));
@@ -156,38 +154,5 @@ struct DQAccumulator {
     }
   }
 };
-
-// dq = softmax_scale * (the accumulated tile), in the input dtype. One CTA of
-// kNumConsumerThreads per (query block, head, batch): thread t reads the
-// values consumer thread t added and writes them where its fragment lies.
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kNumConsumerThreads)
-    bwd_dq_convert_kernel(CUTE_GRID_CONSTANT BwdKernelParams<Traits> const p, typename Traits::Element* dq,
-                          int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
-  using Accumulator = DQAccumulator<Traits>;
-  using Element = typename Traits::Element;
-  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
-  int const m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  int const thread = threadIdx.x;
-  typename Traits::TiledMmaDQ mma_dq;
-  Tensor acc = partition_fragment_C(mma_dq, TileQ{});
-  float* tile = Accumulator::global_tile(p, batch, head, m_block);
-  CUTE_UNROLL
-  for (int c = 0; c < Accumulator::kValues / 4; ++c) {
-    float4 const v = *Accumulator::chunk(tile, thread, c);
-    acc(4 * c) = v.x * p.softmax_scale;
-    acc(4 * c + 1) = v.y * p.softmax_scale;
-    acc(4 * c + 2) = v.z * p.softmax_scale;
-    acc(4 * c + 3) = v.w * p.softmax_scale;
-  }
-  Tensor out = make_tensor<Element>(acc.layout());
-  convert_fragment(acc, out);
-  Tensor tc = mma_dq.get_thread_slice(thread).partition_C(make_identity_tensor(TileQ{}));
-  Tensor coords = make_tensor(tc.data(), acc_rowcol_layout(tc.layout()));
-  int const row0 = m_block * Traits::kBlockM;
-  store_fragment_rows(as_rowcol(out), coords,
-                      dq + batch * batch_stride + head * head_stride + row0 * row_stride, row_stride,
-                      p.seqlen_q - row0);
-}
 
 }  // namespace flash3::kernels

@@ -46,8 +46,8 @@ struct FwdMainloop {
 
   CUTE_DEVICE static FwdTile make_tile(Params const& p, int m_block, int head, int batch) {
     if constexpr (kVarlen) {
-      PackedSequence const q = packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q);
-      PackedSequence const k = packed_sequence(p.cu_seqlens_k, p.seqused_k, batch, p.total_k);
+      PackedSequence const q = packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q, p.seqlen_q);
+      PackedSequence const k = packed_sequence(p.cu_seqlens_k, p.seqused_k, batch, p.total_k, p.seqlen_k);
       return {m_block, head, batch, q.offset, k.offset, q.length, k.length};
     } else {
       return {m_block, head, batch};

@@ -181,7 +181,7 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
                "params->struct_size: 288 bytes, with fields set beyond the 280 bytes this library "
-               "knows (ABI v4); upgrade flash3 or leave the newer fields zero");
+               "knows (ABI v5); upgrade flash3 or leave the newer fields zero");
 }
 
 TEST(CAbi, ValidationMessagesComeThrough) {
@@ -236,7 +236,7 @@ TEST(CAbi, LastErrorIsPerThread) {
 TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_version(), "0.1.0");
   EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
-  EXPECT_EQ(flash3_abi_version(), 4);
+  EXPECT_EQ(flash3_abi_version(), 5);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16))* "
@@ -287,7 +287,8 @@ TEST(CppApi, ForwardAndLastError) {
 TEST(CAbiBackward, ParamsInitAndFrozenSize) {
   EXPECT_EQ(offsetof(flash3_bwd_params, window_left), 392u);  // the v1 size
   EXPECT_EQ(offsetof(flash3_bwd_params, sinks), 408u);        // the v2 size
-  EXPECT_EQ(sizeof(flash3_bwd_params), 424u);  // v4
+  EXPECT_EQ(offsetof(flash3_bwd_params, cu_seqlens_q), 424u);  // the v4 size
+  EXPECT_EQ(sizeof(flash3_bwd_params), 464u);  // v5
   flash3_bwd_params p;
   std::memset(&p, 0xAB, sizeof(p));
   flash3_bwd_params_init(&p);

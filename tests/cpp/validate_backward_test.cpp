@@ -109,8 +109,7 @@ TEST(ValidateBackward, EmptyProblemsNeedNoLseOrWorkspace) {
 TEST(BwdWorkspace, PadsRowsToQueryBlocksAndAlignsRegions) {
   // 113 rows -> 2 blocks of 64 = 128 padded rows per (batch, head).
   const BwdWorkspaceLayout l = bwd_workspace_layout(2, 8, 113, 128);
-  EXPECT_EQ(l.seqlen_q_rounded, 128);
-  EXPECT_EQ(l.m_blocks, 2);
+  EXPECT_EQ(l.head_rows, 128);
   const size_t rows = 2 * 8 * 128;
   EXPECT_EQ(l.lse_offset, 0u);
   EXPECT_EQ(l.dpsum_offset, rows * 4);
@@ -121,6 +120,18 @@ TEST(BwdWorkspace, PadsRowsToQueryBlocksAndAlignsRegions) {
   EXPECT_EQ(l.bytes, l.semaphore_offset + 256);
   for (size_t offset : {l.dpsum_offset, l.dq_accum_offset, l.semaphore_offset, l.bytes})
     EXPECT_EQ(offset % kWorkspaceAlign, 0u);
+}
+
+TEST(BwdWorkspace, VarlenRowsLeaveABlockPerSequenceForPaddingAndShareOneBatch) {
+  // 300 packed rows in 3 sequences: each sequence starts on a block boundary
+  // at most one block past its packed offset, so 300 + 3 * 64 rows rounded
+  // up to 512 per head; no batch dimension.
+  const BwdWorkspaceLayout l = bwd_workspace_layout(3, 8, 200, 128, 0, 300);
+  EXPECT_EQ(l.head_rows, 512);
+  const size_t rows = 8 * 512;
+  EXPECT_EQ(l.dpsum_offset, rows * 4);
+  EXPECT_EQ(l.dq_accum_bytes, rows * 128 * 4);
+  EXPECT_EQ(l.semaphore_bytes, 8u * 8 * 4);
 }
 
 TEST(BwdWorkspace, SinkPartialsOnlyWithDsinks) {

@@ -35,9 +35,17 @@ def test_parse_args():
     with pytest.raises(SystemExit):
         bench.parse_args(["--window", "-1"])
     assert bench.parse_args(["--bwd", "--sinks"]).sinks
-    for bad in (["--sinks", "--check"], ["--sinks", "--window", "64"], ["--sinks", "--overhead"]):
+    for bad in (["--sinks", "--check"], ["--sinks", "--window", "64"], ["--sinks", "--overhead"],
+                ["--varlen", "--window", "64"], ["--varlen", "--sinks"]):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
+    assert bench.parse_args(["--varlen", "--bwd"]).hdims == (128,)
+
+
+def test_varlen_lengths_are_the_issues_batch_and_reproducible():
+    lengths = bench.varlen_lengths()
+    assert len(lengths) == bench.VARLEN_BATCH == 64
+    assert all(128 <= n <= 8192 for n in lengths) and lengths == bench.varlen_lengths()
 
 
 def test_row_shows_na_and_ratio():

@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 4
+    assert _lib.abi_version() == _lib.ABI_VERSION == 5
 
 
 def test_build_info_lists_configurations():
@@ -76,7 +76,8 @@ def test_struct_layout_matches_header():
     # each version's fields start where the previous version's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
     assert ctypes.sizeof(_lib.FwdParams) == 280
-    assert ctypes.sizeof(_lib.BwdParams) == 424
+    assert ctypes.sizeof(_lib.BwdParams) == 464
+    assert _lib.BwdParams.cu_seqlens_q.offset == 424
     assert _lib.FwdParams.sinks.offset == 232
     assert _lib.FwdParams.cu_seqlens_q.offset == 240
     assert _lib.BwdParams.sinks.offset == 408

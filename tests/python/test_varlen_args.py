@@ -62,10 +62,13 @@ def test_bad_arguments_are_named(change, message):
         flash3.flash_attn_varlen_func(**change(args))
 
 
-def test_inputs_that_require_grad_are_refused():
+def test_gradients_flow_through_the_op():
+    """Inputs that require grad take the op (its autograd), whose meta
+    backward gives gradients shaped like the inputs."""
     q, k, v, cu_q, cu_k = packed()
+    q.requires_grad_()
     k.requires_grad_()
-    with pytest.raises(flash3.Flash3Unsupported, match="varlen: the backward is not implemented"):
-        flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 15)
-    with torch.no_grad():
-        flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 15)
+    out = flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 15, causal=True)
+    assert out.requires_grad
+    dq, dk = torch.autograd.grad(out, (q, k), torch.empty_like(out))
+    assert dq.shape == q.shape and dk.shape == k.shape

@@ -195,16 +195,6 @@ def test_varlen_equals_fixed_length_batch(seed):
         assert torch.equal(packed.view_as(fixed), fixed), _where(seed)
 
 
-def test_varlen_refuses_gradients():
-    dtype_name, dtype, head_dim = _any_built()
-    q, k, v, cu_q, cu_k = pack(SHORT, 2, 2, head_dim, dtype)
-    q.requires_grad_()
-    with pytest.raises(flash3.Flash3Unsupported, match="varlen: the backward"):
-        flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 799, 801)
-    with torch.no_grad():
-        flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 799, 801)
-
-
 def test_varlen_opcheck(seed):
     _, dtype, head_dim = _any_built()
     q, k, v, cu_q, cu_k = pack(SHORT, 4, 2, head_dim, dtype)
