@@ -1,5 +1,6 @@
 // The forward kernel: one producer warpgroup feeding two consumer warpgroups
-// through TMA pipelines, one (query block, head, batch) tile per CTA.
+// through TMA pipelines, over the (query block, head, batch) tiles the
+// scheduler gives the CTA. The K / V pipeline states run on across tiles.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -9,6 +10,7 @@
 
 #include "kernels/fwd_epilogue.cuh"
 #include "kernels/fwd_mainloop.cuh"
+#include "kernels/fwd_tile_scheduler.cuh"
 #include "kernels/fwd_traits.cuh"
 #include "kernels/online_softmax.cuh"
 
@@ -39,51 +41,63 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   pipeline_params.num_consumers = Traits::kNumConsumerThreads;
   PipelineKV pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
   PipelineKV pipeline_v(smem.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
-  if (is_producer_thread) smem.barrier_q.init(1);
+  if (is_producer_thread) {
+    smem.barrier_q.init(1);
+    smem.barrier_q_free.init(Traits::kNumConsumerThreads);
+  }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  // Derived after setmaxnreg in each branch: values live across it are spilled.
-  auto const work = [&] {
-    // Heavy causal tiles (the last query blocks) first.
-    FwdTile const tile = Mainloop::make_tile(params, int(gridDim.x - 1 - blockIdx.x),
-                                             int(blockIdx.y), int(blockIdx.z));
+  // Tile t's work: derived inside each role's loop, after setmaxnreg (values
+  // live across it are spilled). Both roles skip the same tiles and count the
+  // same Q loads, which gives the Q barriers' phases.
+  FwdTileScheduler const scheduler{params.m_blocks, params.heads_q, params.num_tiles};
+  auto const work = [&](int t) {
+    FwdTileIndex const index = scheduler(t);
+    FwdTile const tile = Mainloop::make_tile(params, index.m_block, index.head, index.batch);
     auto const mask = Mainloop::make_mask(params, tile);
     return cute::make_tuple(tile, mask.n_block_begin(tile.m_block), mask.n_block_end(tile.m_block));
   };
   // Varlen: the grid covers the longest sequence; the others' surplus blocks
-  // have no rows (the whole CTA leaves, before any barrier is used).
-  if constexpr (Traits::kVarlen) {
-    FwdTile const tile = get<0>(work());
-    if (tile.m_block * Traits::kBlockM >= tile.seqlen_q) return;
-  }
+  // have no rows.
+  auto const has_rows = [](FwdTile const& tile) {
+    return !Traits::kVarlen || tile.m_block * Traits::kBlockM < tile.seqlen_q;
+  };
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    auto const [tile, n_block_begin, n_block_end] = work();
-    bool const sees_keys = n_block_begin < n_block_end;
-    // Rows that see no key need no loads; the consumers write 0 and -inf.
-    if (is_producer_thread && sees_keys) {
-      auto write = cutlass::make_producer_start_state<PipelineKV>();
+    if (!is_producer_thread) return;
+    auto write = cutlass::make_producer_start_state<PipelineKV>();
+    int q_loads = 0;
+    for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {
+      auto const [tile, n_block_begin, n_block_end] = work(t);
+      // Rows that see no key need no loads; the consumers write 0 and -inf.
+      if (!has_rows(tile) || n_block_begin >= n_block_end) continue;
+      if (q_loads > 0) smem.barrier_q_free.wait((q_loads - 1) & 1);
       Mainloop::load(params, smem, tile, n_block_begin, n_block_end, pipeline_k, pipeline_v,
                      write);
+      ++q_loads;
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    auto const [tile, n_block_begin, n_block_end] = work();
-    bool const sees_keys = n_block_begin < n_block_end;
     int const thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
-    typename Traits::TiledMmaO mma_o;
-    Tensor acc_o = partition_fragment_C(mma_o, select<0, 2>(typename Traits::TileShape{}));
-    clear(acc_o);
-    constexpr int kRows = decltype(size<0>(acc_rowcol_layout(acc_o.layout())))::value;
-    OnlineSoftmax<kRows> softmax(params.scale_log2);
-    if (sees_keys) {
-      typename Traits::PipelineState read_k, read_v;
-      Mainloop::compute(params, smem, tile, n_block_begin, n_block_end, thread, pipeline_k,
-                        pipeline_v, read_k, read_v, acc_o, softmax);
+    typename Traits::PipelineState read_k, read_v;
+    int q_loads = 0;
+    for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {
+      auto const [tile, n_block_begin, n_block_end] = work(t);
+      if (!has_rows(tile)) continue;
+      typename Traits::TiledMmaO mma_o;
+      Tensor acc_o = partition_fragment_C(mma_o, select<0, 2>(typename Traits::TileShape{}));
+      clear(acc_o);
+      constexpr int kRows = decltype(size<0>(acc_rowcol_layout(acc_o.layout())))::value;
+      OnlineSoftmax<kRows> softmax(params.scale_log2);
+      if (n_block_begin < n_block_end) {
+        Mainloop::compute(params, smem, tile, n_block_begin, n_block_end, thread, q_loads & 1,
+                          pipeline_k, pipeline_v, read_k, read_v, acc_o, softmax);
+        ++q_loads;
+      }
+      FwdEpilogue<Traits>::store(params, tile, thread, acc_o, softmax);
     }
-    FwdEpilogue<Traits>::store(params, tile, thread, acc_o, softmax);
   }
 #endif
 }

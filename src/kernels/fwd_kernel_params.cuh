@@ -21,6 +21,8 @@ struct FwdKernelParams {
   int seqlen_k;
   int heads_q;
   int heads_per_kv_head;  // heads_q / heads_kv (GQA group size)
+  int m_blocks;           // query blocks per (head, batch entry) of the grid
+  int num_tiles;          // m_blocks * heads_q * batch (fwd_tile_scheduler.cuh)
   // Banded kernels: the band (attention_mask.cuh). Varlen: relative to each
   // sequence, which adds its seqlen_k - seqlen_q.
   int key_lo;

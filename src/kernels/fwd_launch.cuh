@@ -7,7 +7,9 @@
 #include <cutlass/bfloat16.h>
 #include <cutlass/half.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/fwd_kernel.cuh"
 #include "kernels/launch_common.cuh"
@@ -20,6 +22,9 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   using SharedStorage = typename Traits::SharedStorage;
   constexpr bool kVarlen = Traits::kVarlen;
+  int const m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
+  int64_t const tiles = int64_t{m_blocks} * p.heads_q * p.batch;
+  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   float const logit_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
   // Varlen: TMA sees the packed tensors as one batch entry of total rows, and
   // the band is relative to each sequence (fwd_kernel_params.cuh).
@@ -46,6 +51,8 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.seqlen_k,
       p.heads_q,
       p.heads_q / p.heads_kv,
+      m_blocks,
+      int(tiles),
       diagonal - p.window_left,   // key_lo (unused unless banded)
       diagonal + p.window_right,  // key_hi
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
@@ -62,7 +69,9 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(SharedStorage));
   if (cudaError_t e = allow_shared_memory(kernel, kSmemBytes); e != cudaSuccess) return e;
-  dim3 const grid(ceil_div(p.seqlen_q, Traits::kBlockM), p.heads_q, p.batch);
+  int sms = 0;
+  if (cudaError_t e = multiprocessor_count(&sms); e != cudaSuccess) return e;
+  dim3 const grid(Traits::kPersistent ? std::min<int64_t>(tiles, sms) : tiles);
   kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(kp);
   return cudaGetLastError();
 }

@@ -136,7 +136,7 @@ struct FwdMainloop {
   template <class Pipeline, class PipelineState, class FragO, class Softmax>
   CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
                                   int n_block_begin, int n_block_end, int thread,
-                                  Pipeline& pipeline_k,
+                                  int q_phase, Pipeline& pipeline_k,
                                   Pipeline& pipeline_v, PipelineState& read_k,
                                   PipelineState& read_v, FragO& acc_o, Softmax& softmax) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
@@ -187,7 +187,9 @@ struct FwdMainloop {
     };
 
     scheduler.start();
-    smem.barrier_q.wait(0);
+    smem.barrier_q.wait(q_phase);
+    // Every S = Q K^T has completed: the producer may overwrite Q.
+    auto q_done = [&] { smem.barrier_q_free.arrive(); };
     if constexpr (Traits::kIntraWarpgroupOverlap) {
       int n_block = n_block_end - 1;
       wait_k();
@@ -213,6 +215,7 @@ struct FwdMainloop {
         scale_rows(as_rowcol(acc_o), o_scale);
         convert_fragment(acc_s, tOrP);
       }
+      q_done();
       wait_v();
       scheduler.wait_turn();
       gemm_o();
@@ -240,6 +243,7 @@ struct FwdMainloop {
         warpgroup_wait<0>();
         o_done();
       }
+      q_done();
     }
   }
 };

@@ -21,6 +21,11 @@
 #ifndef FLASH3_FWD_OVERLAP
 #define FLASH3_FWD_OVERLAP 1
 #endif
+// Persistent grid (fwd_tile_scheduler.cuh); off builds the one-CTA-per-tile
+// grid for the ablation.
+#ifndef FLASH3_FWD_PERSISTENT
+#define FLASH3_FWD_PERSISTENT 1
+#endif
 
 namespace flash3::kernels {
 
@@ -46,6 +51,10 @@ struct FwdTraits {
 
   static constexpr bool kPingPong = FLASH3_FWD_PINGPONG;
   static constexpr bool kIntraWarpgroupOverlap = FLASH3_FWD_OVERLAP;
+  // Varlen keeps one CTA per tile: the grid covers the longest sequence, and
+  // the hardware's hand-out balances the empty and uneven tiles, which a
+  // static walk would not.
+  static constexpr bool kPersistent = FLASH3_FWD_PERSISTENT && !kVarlen;
 
   static constexpr int kNumConsumerWarpgroups = 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;
@@ -106,6 +115,8 @@ struct FwdTraits {
     typename PipelineKV::SharedStorage pipeline_k;
     typename PipelineKV::SharedStorage pipeline_v;
     cutlass::arch::ClusterTransactionBarrier barrier_q;
+    // The consumers are done reading Q: the producer may load the next tile's.
+    cutlass::arch::ClusterBarrier barrier_q_free;
   };
   static_assert(sizeof(SharedStorage) <= 227 * 1024, "exceeds Hopper's shared memory per block");
 };

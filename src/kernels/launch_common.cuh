@@ -31,6 +31,21 @@ cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
   return e;
 }
 
+// The current device's SM count, looked up once per device.
+inline cudaError_t multiprocessor_count(int* count) {
+  constexpr int kMaxDevices = 64;
+  static int counts[kMaxDevices] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < kMaxDevices && counts[device] > 0) {
+    *count = counts[device];
+    return cudaSuccess;
+  }
+  cudaError_t const e = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess && device < kMaxDevices) counts[device] = *count;
+  return e;
+}
+
 template <class Traits>
 typename Traits::GmemTensor gmem_tensor(Tensor4d const& t, int batch, int seqlen, int heads) {
   using Element = typename Traits::Element;

@@ -1,0 +1,35 @@
+// Which tiles a forward CTA works on. Tile t is query block
+// m_blocks - 1 - t % m_blocks of head (t / m_blocks) % heads_q of batch entry
+// t / (m_blocks * heads_q): a head's heaviest causal blocks first, and the
+// blocks of one head next to each other, so that CTAs running together share
+// that head's K and V in L2. A CTA walks t = blockIdx.x, + gridDim.x, ...:
+// with a persistent grid (one CTA per SM) the producer loads the next tile's
+// Q, K and V while the consumers finish the current one; with one CTA per
+// tile the loop runs once and the hardware hands tiles out as SMs free up.
+#pragma once
+
+#include <cute/config.hpp>
+
+namespace flash3::kernels {
+
+struct FwdTileIndex {
+  int m_block;
+  int head;
+  int batch;
+};
+
+struct FwdTileScheduler {
+  int m_blocks;
+  int heads;
+  int num_tiles;
+
+  CUTE_DEVICE int first() const { return int(blockIdx.x); }
+  CUTE_DEVICE int next(int t) const { return t + int(gridDim.x); }
+  CUTE_DEVICE bool done(int t) const { return t >= num_tiles; }
+  CUTE_DEVICE FwdTileIndex operator()(int t) const {
+    int const head_tile = t / m_blocks;
+    return {m_blocks - 1 - (t - head_tile * m_blocks), head_tile % heads, head_tile / heads};
+  }
+};
+
+}  // namespace flash3::kernels
