@@ -1,5 +1,6 @@
 """A few small, odd-shaped forward and backward calls for compute-sanitizer
 (memcheck, racecheck, synccheck): tile tails in both sequence dims, GQA,
+the persistent forward grid with several tiles per CTA,
 causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
 (key blocks no query sees), softcap and sinks (with their gradient), every
 head dim and dtype, the backward in both modes (atomic and deterministic dq);
@@ -21,6 +22,8 @@ CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, wi
     (1, 333, 555, 2, 1, 128, False, (30, 5), 3.0, False),
     (1, 300, 100, 2, 2, 256, True, (40, 0), 0.0, True),
     (2, 257, 300, 4, 2, 64, False, (0, 0), 20.0, False),
+    # More tiles (4 x 16 x 3) than twice the SMs: the persistent grid's CTAs walk several.
+    (4, 333, 200, 16, 4, 128, False, (-1, -1), 0.0, True),
 ]
 
 # (seqlen_q, seqlen_k) per sequence, packed.

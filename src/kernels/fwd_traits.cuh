@@ -21,11 +21,6 @@
 #ifndef FLASH3_FWD_OVERLAP
 #define FLASH3_FWD_OVERLAP 1
 #endif
-// Persistent grid (fwd_tile_scheduler.cuh); off builds the one-CTA-per-tile
-// grid for the ablation.
-#ifndef FLASH3_FWD_PERSISTENT
-#define FLASH3_FWD_PERSISTENT 1
-#endif
 
 namespace flash3::kernels {
 
@@ -51,10 +46,6 @@ struct FwdTraits {
 
   static constexpr bool kPingPong = FLASH3_FWD_PINGPONG;
   static constexpr bool kIntraWarpgroupOverlap = FLASH3_FWD_OVERLAP;
-  // Varlen keeps one CTA per tile: the grid covers the longest sequence, and
-  // the hardware's hand-out balances the empty and uneven tiles, which a
-  // static walk would not.
-  static constexpr bool kPersistent = FLASH3_FWD_PERSISTENT && !kVarlen;
 
   static constexpr int kNumConsumerWarpgroups = 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWarpgroups * cutlass::NumThreadsPerWarpGroup;

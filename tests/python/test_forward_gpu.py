@@ -109,6 +109,27 @@ def test_forward_matches_reference(case, seed):
     check_both_paths(q, k, v, seed, causal=causal)
 
 
+# Full attention over at most 2k keys runs a persistent grid (fwd_launch.cuh):
+# with more tiles than twice the SMs every CTA walks several, so the Q
+# barriers change phase and K / V stages carry over from tile to tile.
+PERSISTENT_LENGTHS = [(3, 1000, 777), (64, 5, 300), (2, 2047, 2048)]
+PERSISTENT_HEADS = (16, 4)
+
+
+@pytest.mark.parametrize("lengths", PERSISTENT_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_persistent_grid(dtype_name, head_dim, lengths, seed):
+    require_built(dtype_name, head_dim)
+    batch, seqlen_q, seqlen_k = lengths
+    heads_q, heads_kv = PERSISTENT_HEADS
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert batch * heads_q * -(-seqlen_q // 128) > 2 * sms, "too few tiles to walk several"
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, DTYPES[dtype_name])
+    check_both_paths(q, k, v, seed)
+    check_both_paths(q, k, v, seed, softcap=5.0, sinks=make_sinks(heads_q, seqlen_k))
+
+
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_noncontiguous_inputs(dtype_name, head_dim, seed):
