@@ -64,7 +64,7 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
   };
   auto kernel = bwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(typename Traits::SharedStorage));
-  if (cudaError_t e = allow_shared_memory(kernel, kSmemBytes); e != cudaSuccess) return e;
+  if (cudaError_t e = allow_shared_memory<bwd_kernel<Traits>>(kSmemBytes); e != cudaSuccess) return e;
   // Key blocks vary fastest: in deterministic mode a CTA waits only on CTAs
   // of the same head that were dispatched before it (DQAccumulator::turn).
   dim3 const grid(ceil_div(p.seqlen_k, Traits::kBlockN), p.heads_kv, p.batch);

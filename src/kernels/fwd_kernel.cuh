@@ -18,7 +18,9 @@ namespace flash3::kernels {
 
 using namespace cute;
 
-template <class Traits>
+// kPersistent: a grid smaller than the tile count (fwd_launch.cuh); without
+// it each CTA runs one tile and the tile loop compiles away.
+template <class Traits, bool kPersistent>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     fwd_kernel(CUTE_GRID_CONSTANT FwdKernelParams<Traits> const params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Tile t's work: derived inside each role's loop, after setmaxnreg (values
   // live across it are spilled). Both roles skip the same tiles and count the
   // same Q loads, which gives the Q barriers' phases.
-  FwdTileScheduler const scheduler{params.m_blocks, params.heads_q, params.num_tiles};
+  FwdTileScheduler<kPersistent> const scheduler{params.m_blocks, params.heads_q, params.num_tiles};
   auto const work = [&](int t) {
     FwdTileIndex const index = scheduler(t);
     FwdTile const tile = Mainloop::make_tile(params, index.m_block, index.head, index.batch);

@@ -17,17 +17,16 @@
 
 namespace flash3::kernels {
 
-// A persistent grid (fwd_tile_scheduler.cuh) where it measured faster: full
-// attention over at most 2k keys, where each tile is a few key blocks and
-// hiding the next tile's loads under the epilogue gains 1-22 % (s <= 1k most;
+// Full attention (the only kernels with a persistent variant) runs a
+// persistent grid (fwd_tile_scheduler.cuh) where it measured faster: over
+// at most 2k keys, where each tile is a few key blocks and hiding the next tile's loads under the epilogue gains 1-22 % (s <= 1k most;
 // docs/performance.md, 2026-12-04). Longer full attention measured 1-5 %
 // slower, and causal 1-30 % slower (its tiles differ in cost, which the
 // static walk does not balance and the hardware's hand-out does); varlen's
 // empty and uneven tiles likewise keep one CTA per tile.
-template <class Traits>
-bool persistent_fwd_grid(ForwardParams const& p) {
+inline bool persistent_fwd_grid(ForwardParams const& p) {
   constexpr int kMaxPersistentKeys = 2048;
-  return !Traits::kBanded && p.seqlen_k <= kMaxPersistentKeys;
+  return p.seqlen_k <= kMaxPersistentKeys;
 }
 
 template <class Traits>
@@ -79,13 +78,20 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.total_q,
       p.total_k,
   };
-  auto kernel = fwd_kernel<Traits>;
   constexpr int kSmemBytes = int(sizeof(SharedStorage));
-  if (cudaError_t e = allow_shared_memory(kernel, kSmemBytes); e != cudaSuccess) return e;
-  int sms = 0;
-  if (cudaError_t e = multiprocessor_count(&sms); e != cudaSuccess) return e;
-  dim3 const grid(persistent_fwd_grid<Traits>(p) ? std::min<int64_t>(tiles, sms) : tiles);
-  kernel<<<grid, Traits::kNumThreads, kSmemBytes, stream>>>(kp);
+  if constexpr (!Traits::kBanded) {
+    if (persistent_fwd_grid(p)) {
+      constexpr auto kernel = fwd_kernel<Traits, true>;
+      if (cudaError_t e = allow_shared_memory<kernel>(kSmemBytes); e != cudaSuccess) return e;
+      int sms = 0;
+      if (cudaError_t e = multiprocessor_count(&sms); e != cudaSuccess) return e;
+      kernel<<<int(std::min<int64_t>(tiles, sms)), Traits::kNumThreads, kSmemBytes, stream>>>(kp);
+      return cudaGetLastError();
+    }
+  }
+  constexpr auto kernel = fwd_kernel<Traits, false>;
+  if (cudaError_t e = allow_shared_memory<kernel>(kSmemBytes); e != cudaSuccess) return e;
+  kernel<<<int(tiles), Traits::kNumThreads, kSmemBytes, stream>>>(kp);
   return cudaGetLastError();
 }
 

@@ -18,13 +18,16 @@ struct FwdTileIndex {
   int batch;
 };
 
+template <bool kPersistent>
 struct FwdTileScheduler {
   int m_blocks;
   int heads;
   int num_tiles;
 
   CUTE_DEVICE int first() const { return int(blockIdx.x); }
-  CUTE_DEVICE int next(int t) const { return t + int(gridDim.x); }
+  // One tile per CTA: past the last tile, which the compiler sees, so the
+  // loop body runs once with no loop around it.
+  CUTE_DEVICE int next(int t) const { return kPersistent ? t + int(gridDim.x) : num_tiles; }
   CUTE_DEVICE bool done(int t) const { return t >= num_tiles; }
   CUTE_DEVICE FwdTileIndex operator()(int t) const {
     int const head_tile = t / m_blocks;

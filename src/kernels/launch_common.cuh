@@ -18,15 +18,16 @@ using namespace cute;
 template <DType kDType>
 using ElementOf = std::conditional_t<kDType == DType::kBFloat16, cutlass::bfloat16_t, cutlass::half_t>;
 
-// Raises the dynamic shared-memory limit of `kernel` once per device.
-template <class Kernel>
-cudaError_t allow_shared_memory(Kernel kernel, int bytes) {
+// Raises the dynamic shared-memory limit of `kKernel` once per device (keyed
+// by the kernel itself: kernels of one signature must not share the flag).
+template <auto kKernel>
+cudaError_t allow_shared_memory(int bytes) {
   constexpr int kMaxDevices = 64;
   static bool done[kMaxDevices] = {};
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (device < kMaxDevices && done[device]) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e == cudaSuccess && device < kMaxDevices) done[device] = true;
   return e;
 }
