@@ -19,7 +19,8 @@ namespace flash3::kernels {
 
 // Full attention (the only kernels with a persistent variant) runs a
 // persistent grid (fwd_tile_scheduler.cuh) where it measured faster: over
-// at most 2k keys, where each tile is a few key blocks and hiding the next tile's loads under the epilogue gains 1-22 % (s <= 1k most;
+// at most 2k keys, where each tile is a few key blocks and hiding the next
+// tile's loads under the epilogue gains 1-22 % (most at s <= 1k;
 // docs/performance.md, 2026-12-04). Longer full attention measured 1-5 %
 // slower, and causal 1-30 % slower (its tiles differ in cost, which the
 // static walk does not balance and the hardware's hand-out does); varlen's
