@@ -20,7 +20,7 @@ namespace flash3::kernels {
 
 using namespace cute;
 
-// Where one CTA works: a block of query rows of one head of one batch entry.
+// One tile of work: a block of query rows of one head of one batch entry.
 // Varlen: the sequence's first rows in the packed q / k and its lengths
 // (otherwise left 0: the lengths are the params').
 struct FwdTile {
