@@ -4,7 +4,7 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|sanitize|overhead|bench|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|varlen|ablation]...
+# Usage: bash tools/device_run.sh [pytest|fp8|sanitize|overhead|bench|bench_fp8|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|varlen|ablation]...
 #        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,10 @@ for step in $steps; do
     bench)
       timeout 300 python3 -m flash3.bench --json "$out/bench.json" --plot "$out/bench.png" 2>&1 |
         tee "$out/bench.log" ;;
+    fp8)  # the FP8 GPU tests alone
+      timeout 300 python3 -m pytest tests/python/test_fp8_gpu.py -q -x -rs 2>&1 | tee "$out/fp8.log" ;;
+    bench_fp8)
+      timeout 300 python3 -m flash3.bench_fp8 --json "$out/bench_fp8.json" 2>&1 | tee "$out/bench_fp8.log" ;;
     bench_bwd)
       timeout 300 python3 -m flash3.bench --bwd --json "$out/bench_bwd.json" 2>&1 |
         tee "$out/bench_bwd.log" ;;

@@ -5,7 +5,9 @@ causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
 (key blocks no query sees), softcap and sinks (with their gradient), every
 head dim and dtype, the backward in both modes (atomic and deterministic dq);
 varlen forwards and backwards (both dq modes) with empty sequences and with
-cu_seqlens past the packed tensors (which the kernels must clamp)."""
+cu_seqlens past the packed tensors (which the kernels must clamp); FP8:
+quantize (block and per-tensor scaling, e4m3 v transposed) and the forward
+at every head dim."""
 
 import itertools
 
@@ -60,7 +62,24 @@ def varlen_cases(dtype):
         print(f"ok varlen {dtype} d={d}")
 
 
+def fp8_cases():
+    from flash3 import fp8
+
+    for b, sq, sk, hq, hkv, d, causal, window, _, with_sinks in CASES:
+        q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
+        sinks = torch.randn(hq, device="cuda") if with_sinks else None
+        for quant in ("block", "tensor"):
+            fp8.fp8_attention(q, k, v, causal=causal, quant=quant, window_size=window, sinks=sinks)
+        fp8.flash_attn_fp8(q.to(torch.float8_e4m3fn), k.to(torch.float8_e4m3fn),
+                           v.to(torch.float8_e4m3fn), causal=causal)
+        torch.cuda.synchronize()
+        print(f"ok fp8 b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} causal={causal} window={window}")
+
+
 def main():
+    fp8_cases()
     for dtype in (torch.bfloat16, torch.float16):
         for b, sq, sk, hq, hkv, d, causal, window, softcap, with_sinks in CASES:
             q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)

@@ -30,8 +30,10 @@ extern "C" {
  * v3: sinks in flash3_fwd_params.
  * v4: sinks and dsinks in flash3_bwd_params; varlen (cu_seqlens_q/k, seqused_q/k,
  *     total_q/k) in flash3_fwd_params.
- * v5: varlen in flash3_bwd_params. */
-#define FLASH3_ABI_VERSION 5
+ * v5: varlen in flash3_bwd_params.
+ * v6: FP8: FLASH3_DTYPE_FLOAT8_E4M3, q/k/v_scale in flash3_fwd_params,
+ *     flash3_quantize_fp8. */
+#define FLASH3_ABI_VERSION 6
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -43,8 +45,20 @@ typedef enum flash3_status {
 
 typedef enum flash3_dtype {
   FLASH3_DTYPE_FLOAT16 = 0,
-  FLASH3_DTYPE_BFLOAT16 = 1
+  FLASH3_DTYPE_BFLOAT16 = 1,
+  FLASH3_DTYPE_FLOAT8_E4M3 = 2 /* forward only: see flash3_fwd_params v6 */
 } flash3_dtype;
+
+/* Rows (queries or keys) per FP8 block scale. */
+#define FLASH3_FP8_SCALE_BLOCK 128
+
+/* FP8 dequantization scales of one tensor: fp32 device memory indexed
+ * (batch, head, block of FLASH3_FP8_SCALE_BLOCK rows) with strides in
+ * elements (a per-tensor descale has all strides 0). */
+typedef struct flash3_fp8_scale {
+  const float* data;
+  int64_t stride[3]; /* batch, head, block */
+} flash3_fp8_scale;
 
 /* A 4-d tensor (batch, seqlen, heads, headdim); strides in elements. */
 typedef struct flash3_tensor {
@@ -95,6 +109,16 @@ typedef struct flash3_fwd_params {
   const int32_t* seqused_k;
   int32_t total_q;
   int32_t total_k;
+  /* v6. FP8 (dtype FLASH3_DTYPE_FLOAT8_E4M3, as flash3_quantize_fp8 writes
+   * them): q and k e4m3 in the usual layout; v e4m3 V^T, key j of (batch b,
+   * head h, head-dim row d) at v.data + b * v.stride[0] + d * v.stride[1] +
+   * h * v.stride[2] + P(j), with P permuting each run of 16 keys as
+   * 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15 (flash3::fp8_vt_key_position) and
+   * keys padded with zeros to whole scale blocks; out bf16. Scales required:
+   * q's by query head, k's and v's by KV head. No softcap, no varlen. */
+  flash3_fp8_scale q_scale;
+  flash3_fp8_scale k_scale;
+  flash3_fp8_scale v_scale;
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */
@@ -155,6 +179,37 @@ FLASH3_API flash3_status flash3_bwd_workspace_size(const flash3_bwd_params* para
  * no allocation (the caller passes the workspace). With GQA, dk and dv are
  * summed over the query heads of each KV head. */
 FLASH3_API flash3_status flash3_bwd(const flash3_bwd_params* params, void* stream);
+
+/* v6. FP8 quantization for flash3_fwd (flash3::quantize_fp8 in flash3.hpp
+ * says it in full): bf16 / fp16 q, k, v -> e4m3 q_out, k_out, V^T vt_out
+ * and fp32 scales (batch, heads, blocks) contiguous, one per block
+ * (scaling 0) or per tensor (1); hadamard_signs (head_dim of +-1, or NULL)
+ * rotates q and k by diag(signs) H / sqrt(head_dim) first. dtype e4m3: v
+ * only, transposed unscaled. */
+typedef struct flash3_quantize_fp8_params {
+  uint64_t struct_size;
+  flash3_tensor q;
+  flash3_tensor k;
+  flash3_tensor v;
+  int32_t dtype;
+  int32_t scaling;
+  flash3_tensor q_out;
+  flash3_tensor k_out;
+  flash3_tensor vt_out;
+  float* q_scale;
+  float* k_scale;
+  float* v_scale;
+  int32_t batch;
+  int32_t seqlen_q;
+  int32_t seqlen_k;
+  int32_t num_heads_q;
+  int32_t num_heads_kv;
+  int32_t head_dim;
+  const float* hadamard_signs;
+} flash3_quantize_fp8_params;
+
+FLASH3_API void flash3_quantize_fp8_params_init(flash3_quantize_fp8_params* params);
+FLASH3_API flash3_status flash3_quantize_fp8(const flash3_quantize_fp8_params* params, void* stream);
 
 FLASH3_API const char* flash3_last_error(void);
 FLASH3_API int flash3_abi_version(void);

@@ -16,12 +16,37 @@ enum class Status : int {
   kInternal = 4,
 };
 
-enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
+// kFloat8E4M3: forward only (FP8 attention, see ForwardParams and quantize_fp8).
+enum class DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8E4M3 = 2 };
 
 // (batch, seqlen, heads, headdim) view of device memory; strides in elements.
 struct Tensor4d {
   void* data = nullptr;
   int64_t stride[4] = {0, 0, 0, 1};
+};
+
+// ---- FP8 ------------------------------------------------------------------
+// Rows (queries or keys) per FP8 block scale.
+inline constexpr int kFp8ScaleBlock = 128;
+// Blocks of kFp8ScaleBlock rows that cover `rows` (the last may be partial).
+constexpr int fp8_scale_blocks(int rows) { return (rows + kFp8ScaleBlock - 1) / kFp8ScaleBlock; }
+// The key extent of FP8's V^T: whole scale blocks (the padding holds zeros).
+constexpr int64_t fp8_vt_keys(int seqlen_k) { return int64_t{fp8_scale_blocks(seqlen_k)} * kFp8ScaleBlock; }
+// Where key j sits along V^T's key axis. FP8 WGMMA takes P from the S
+// accumulator's registers as they are, which orders each run of 16 keys as
+// 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15; V^T is stored in that order.
+constexpr int64_t fp8_vt_key_position(int64_t key) {
+  int64_t const k = key % 16;
+  return key - k + 4 * ((k % 8) / 2) + k % 2 + 2 * (k / 8);
+}
+
+// FP8 dequantization scales of one tensor: fp32 device memory indexed
+// (batch, head, block of kFp8ScaleBlock rows) with these strides in
+// elements. A per-tensor descale has all strides 0, a per-(batch, head) one
+// block stride 0. The true values are the e4m3 values times the scale.
+struct Fp8Scale {
+  const float* data = nullptr;
+  int64_t stride[3] = {0, 0, 0};  // batch, head, block
 };
 
 struct ForwardParams {
@@ -67,6 +92,15 @@ struct ForwardParams {
   const int32_t* seqused_k = nullptr;
   int total_q = 0;  // varlen only: rows of the packed q and out
   int total_k = 0;  // varlen only: rows of the packed k and v
+  // FP8 (dtype kFloat8E4M3; quantize_fp8 writes these from bf16 / fp16): q
+  // and k are e4m3 in the usual layout; v is e4m3 V^T, key j of (batch b,
+  // head h, head-dim row d) at v.data + b * v.stride[0] + d * v.stride[1] +
+  // h * v.stride[2] + fp8_vt_key_position(j), keys up to fp8_vt_keys(seqlen_k)
+  // readable and zero past seqlen_k; out is bf16. Scales are required: q's
+  // indexed by query head, k's and v's by KV head. No softcap, no varlen.
+  Fp8Scale q_scale;
+  Fp8Scale k_scale;
+  Fp8Scale v_scale;
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message
@@ -124,6 +158,43 @@ size_t backward_workspace_size(const BackwardParams& params);
 // workspace), so it can be captured in a CUDA graph. With GQA, dk and dv are
 // summed over the query heads that share a KV head.
 Status backward(const BackwardParams& params, cudaStream_t stream);
+
+enum class Fp8Scaling : int {
+  kPerBlock = 0,   // one scale per kFp8ScaleBlock rows of one head
+  kPerTensor = 1,  // one scale per tensor (written into every block entry)
+};
+
+// FP8 quantization for forward(): q, k, v (bf16 / fp16, `dtype`) -> e4m3 q_out,
+// k_out (shaped like q, k) and vt_out (V^T as ForwardParams describes, with
+// fp8_vt_keys(seqlen_k) keys), and their scales, each scale = amax / 448 of
+// its block or tensor. With hadamard_signs, q and k are first multiplied by
+// diag(signs) H / sqrt(head_dim) (H the Walsh-Hadamard matrix), which leaves
+// q k^T unchanged and spreads outliers over all dims (incoherent processing).
+// dtype kFloat8E4M3: v is already e4m3 and only transposed into vt_out,
+// unscaled (q, k, their outputs and all scales are ignored).
+struct QuantizeFp8Params {
+  Tensor4d q;
+  Tensor4d k;
+  Tensor4d v;
+  DType dtype = DType::kBFloat16;
+  Tensor4d q_out;
+  Tensor4d k_out;
+  Tensor4d vt_out;
+  float* q_scale = nullptr;  // written: (batch, heads_q, fp8_scale_blocks(seqlen_q)) contiguous
+  float* k_scale = nullptr;  // (batch, heads_kv, fp8_scale_blocks(seqlen_k)) contiguous
+  float* v_scale = nullptr;  // like k_scale
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int heads_q = 0;
+  int heads_kv = 0;
+  int head_dim = 0;
+  Fp8Scaling scaling = Fp8Scaling::kPerBlock;
+  const float* hadamard_signs = nullptr;  // optional (head_dim) fp32 of +1 / -1
+};
+
+// Asynchronous, no host synchronization, no allocation; same rules as forward().
+Status quantize_fp8(const QuantizeFp8Params& params, cudaStream_t stream);
 
 // Message of the last failing call on this thread ("" after a success).
 const char* last_error();

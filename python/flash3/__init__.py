@@ -19,6 +19,10 @@ _TORCH_ATTRIBUTES = {
     "flash_attn_func": "ops",
     "flash_attn_varlen_func": "varlen",
     "attention_ref": "reference",
+    "fp8_attention": "fp8",
+    "quantize_fp8": "fp8",
+    "fp8_forward": "fp8",
+    "flash_attn_fp8": "fp8",
 }
 
 
@@ -42,6 +46,10 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "attention_ref",
+    "fp8_attention",
+    "quantize_fp8",
+    "fp8_forward",
+    "flash_attn_fp8",
     "Flash3Error",
     "Flash3InvalidArgument",
     "Flash3Unsupported",

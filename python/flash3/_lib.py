@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -33,6 +33,7 @@ class DType(enum.IntEnum):
 
     FLOAT16 = 0
     BFLOAT16 = 1
+    FLOAT8_E4M3 = 2
 
 
 class Flash3Error(RuntimeError):
@@ -76,6 +77,15 @@ class Tensor(ctypes.Structure):
     ]
 
 
+class Fp8Scale(ctypes.Structure):
+    """flash3_fp8_scale: fp32 scales indexed (batch, head, block), strides in elements."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("stride", ctypes.c_int64 * 3),
+    ]
+
+
 class FwdParams(ctypes.Structure):
     """flash3_fwd_params, field for field (same order, same C types)."""
 
@@ -106,6 +116,9 @@ class FwdParams(ctypes.Structure):
         ("seqused_k", ctypes.c_void_p),
         ("total_q", ctypes.c_int32),
         ("total_k", ctypes.c_int32),
+        ("q_scale", Fp8Scale),
+        ("k_scale", Fp8Scale),
+        ("v_scale", Fp8Scale),
     ]
 
     def __init__(self, **fields):
@@ -156,6 +169,35 @@ class BwdParams(ctypes.Structure):
     def __init__(self, **fields):
         fields = {"window_left": -1, "window_right": -1, **fields}
         super().__init__(struct_size=ctypes.sizeof(BwdParams), **fields)
+
+
+class QuantizeFp8Params(ctypes.Structure):
+    """flash3_quantize_fp8_params, field for field."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("dtype", ctypes.c_int32),
+        ("scaling", ctypes.c_int32),
+        ("q_out", Tensor),
+        ("k_out", Tensor),
+        ("vt_out", Tensor),
+        ("q_scale", ctypes.c_void_p),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("num_heads_q", ctypes.c_int32),
+        ("num_heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("hadamard_signs", ctypes.c_void_p),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(QuantizeFp8Params), **fields)
 
 
 # The hot path fills FwdParams with one struct.pack_into call instead of ~30
@@ -214,6 +256,8 @@ def _declare(lib):
     lib.flash3_bwd_workspace_size.restype = ctypes.c_int
     lib.flash3_bwd.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.flash3_bwd.restype = ctypes.c_int
+    lib.flash3_quantize_fp8.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.flash3_quantize_fp8.restype = ctypes.c_int
     lib.flash3_last_error.argtypes = []
     lib.flash3_last_error.restype = ctypes.c_char_p
     lib.flash3_abi_version.argtypes = []
@@ -298,6 +342,11 @@ def params_init():
 def fwd(params, stream=None):
     """flash3_fwd on a FwdParams; raises Flash3Error on failure."""
     raise_for_status(library().flash3_fwd(ctypes.addressof(params), stream))
+
+
+def quantize_fp8(params, stream=None):
+    """flash3_quantize_fp8 on a QuantizeFp8Params; raises Flash3Error on failure."""
+    raise_for_status(library().flash3_quantize_fp8(ctypes.addressof(params), stream))
 
 
 def bwd_workspace_size(params):

@@ -12,7 +12,10 @@ performance hints are accepted and ignored. docs/python.md lists every
 difference.
 """
 
+import torch
+
 from . import _lib
+from .fp8 import flash_attn_fp8
 from .ops import flash_attn_func as _flash3_attn_func
 from .varlen import flash_attn_varlen_func as _flash3_varlen_func
 
@@ -30,6 +33,7 @@ def _require_default(name, value, default):
 
 
 def _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk):
+    # Descales belong to FP8 inputs (flash_attn_func routes those to flash3.fp8).
     for name, value in (("qv", qv), ("q_descale", q_descale), ("k_descale", k_descale),
                         ("v_descale", v_descale)):
         _require_default(name, value, None)
@@ -58,7 +62,15 @@ def flash_attn_func(
     nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim); GQA/MQA
     when nheads_k divides nheads; causal aligned to the bottom-right corner.
     Differentiable in q, k, v. num_splits, pack_gqa and sm_margin are
-    scheduling hints flash3 chooses itself; they are accepted and ignored."""
+    scheduling hints flash3 chooses itself; they are accepted and ignored.
+    float8_e4m3fn q, k, v run the FP8 kernel with the optional (batch,
+    nheads_k) fp32 descales and return bf16, forward only (flash3.fp8)."""
+    if q.dtype == torch.float8_e4m3fn:
+        _refuse_unimplemented(qv, None, None, None, attention_chunk)
+        _require_default("softcap", softcap, 0.0)
+        return flash_attn_fp8(q, k, v, q_descale, k_descale, v_descale,
+                              softmax_scale=softmax_scale, causal=causal,
+                              window_size=tuple(window_size), return_lse=return_attn_probs)
     _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
     return _flash3_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
                              return_lse=return_attn_probs, deterministic=deterministic,

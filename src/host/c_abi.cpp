@@ -18,12 +18,16 @@ using flash3::host::CheckResult;
 constexpr uint64_t kFwdParamsSizeV1 = 216;
 constexpr uint64_t kFwdParamsSizeV2 = 232;
 constexpr uint64_t kFwdParamsSizeV3 = 240;
-constexpr uint64_t kFwdParamsSizeV4 = 280;
+constexpr uint64_t kFwdParamsSizeV4 = 280;  // unchanged in v5
+constexpr uint64_t kFwdParamsSizeV6 = 376;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
 static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
-static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV4,  // unchanged in v5
+static_assert(offsetof(flash3_fwd_params, q_scale) == kFwdParamsSizeV4);
+static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV6,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
+
+constexpr uint64_t kQuantizeParamsSizeV6 = sizeof(flash3_quantize_fp8_params);
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
 constexpr uint64_t kBwdParamsSizeV2 = 408;  // unchanged in v3
@@ -43,6 +47,8 @@ static_assert(FLASH3_ERROR_CUDA == static_cast<int>(flash3::Status::kCudaError))
 static_assert(FLASH3_ERROR_INTERNAL == static_cast<int>(flash3::Status::kInternal));
 static_assert(FLASH3_DTYPE_FLOAT16 == static_cast<int>(flash3::DType::kFloat16));
 static_assert(FLASH3_DTYPE_BFLOAT16 == static_cast<int>(flash3::DType::kBFloat16));
+static_assert(FLASH3_DTYPE_FLOAT8_E4M3 == static_cast<int>(flash3::DType::kFloat8E4M3));
+static_assert(FLASH3_FP8_SCALE_BLOCK == flash3::kFp8ScaleBlock);
 
 flash3_status fail(flash3::Status status, const std::string& message) {
   return static_cast<flash3_status>(flash3::host::record(CheckResult::fail(status, message)));
@@ -52,6 +58,13 @@ flash3::Tensor4d to_cpp(const flash3_tensor& t) {
   flash3::Tensor4d out;
   out.data = t.data;
   for (int i = 0; i < 4; ++i) out.stride[i] = t.stride[i];
+  return out;
+}
+
+flash3::Fp8Scale to_cpp(const flash3_fp8_scale& s) {
+  flash3::Fp8Scale out;
+  out.data = s.data;
+  for (int i = 0; i < 3; ++i) out.stride[i] = s.stride[i];
   return out;
 }
 
@@ -81,6 +94,32 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.seqused_k = p.seqused_k;
   out.total_q = p.total_q;
   out.total_k = p.total_k;
+  out.q_scale = to_cpp(p.q_scale);
+  out.k_scale = to_cpp(p.k_scale);
+  out.v_scale = to_cpp(p.v_scale);
+  return out;
+}
+
+flash3::QuantizeFp8Params to_cpp(const flash3_quantize_fp8_params& p) {
+  flash3::QuantizeFp8Params out;
+  out.q = to_cpp(p.q);
+  out.k = to_cpp(p.k);
+  out.v = to_cpp(p.v);
+  out.dtype = static_cast<flash3::DType>(p.dtype);
+  out.scaling = static_cast<flash3::Fp8Scaling>(p.scaling);
+  out.q_out = to_cpp(p.q_out);
+  out.k_out = to_cpp(p.k_out);
+  out.vt_out = to_cpp(p.vt_out);
+  out.q_scale = p.q_scale;
+  out.k_scale = p.k_scale;
+  out.v_scale = p.v_scale;
+  out.batch = p.batch;
+  out.seqlen_q = p.seqlen_q;
+  out.seqlen_k = p.seqlen_k;
+  out.heads_q = p.num_heads_q;
+  out.heads_kv = p.num_heads_kv;
+  out.head_dim = p.head_dim;
+  out.hadamard_signs = p.hadamard_signs;
   return out;
 }
 
@@ -133,6 +172,11 @@ void init(flash3_bwd_params* p) {
   p->window_left = p->window_right = -1;
 }
 
+void init(flash3_quantize_fp8_params* p) {
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+}
+
 // Copies the fields this library knows out of a caller's params struct of
 // type Struct (`name`), after checking its struct_size: at least the v1 size,
 // and any bytes beyond what this library knows must be zero (they would be
@@ -140,7 +184,8 @@ void init(flash3_bwd_params* p) {
 // result). Fields the caller's (older) struct lacks keep their defaults; only
 // the caller's struct_size bytes are read.
 template <class Struct>
-flash3_status read_params(const Struct* params, const char* name, uint64_t v1_size, Struct* known) {
+flash3_status read_params(const Struct* params, const char* name, uint64_t v1_size, Struct* known,
+                          int first_version = 1) {
   if (params == nullptr)
     return fail(flash3::Status::kInvalidArgument,
                 cat("params: expected a pointer to ", name, "; got NULL"));
@@ -148,7 +193,7 @@ flash3_status read_params(const Struct* params, const char* name, uint64_t v1_si
   if (size < v1_size)
     return fail(flash3::Status::kInvalidArgument,
                 cat("params->struct_size: expected at least ", v1_size, " (sizeof(", name,
-                    ") in ABI v1; call ", name, "_init); got ", size));
+                    ") in ABI v", first_version, "; call ", name, "_init); got ", size));
   const auto* bytes = reinterpret_cast<const unsigned char*>(params);
   for (uint64_t i = sizeof(Struct); i < size; ++i)
     if (bytes[i] != 0)
@@ -173,6 +218,14 @@ flash3_status bwd(const flash3_bwd_params* params, void* stream) {
   if (flash3_status s = read_params(params, "flash3_bwd_params", kBwdParamsSizeV1, &known); s != FLASH3_OK)
     return s;
   return static_cast<flash3_status>(flash3::backward(to_cpp(known), static_cast<cudaStream_t>(stream)));
+}
+
+flash3_status quantize_fp8(const flash3_quantize_fp8_params* params, void* stream) {
+  flash3_quantize_fp8_params known{};
+  if (flash3_status s = read_params(params, "flash3_quantize_fp8_params", kQuantizeParamsSizeV6, &known, 6);
+      s != FLASH3_OK)
+    return s;
+  return static_cast<flash3_status>(flash3::quantize_fp8(to_cpp(known), static_cast<cudaStream_t>(stream)));
 }
 
 flash3_status bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes) {
@@ -221,6 +274,14 @@ FLASH3_API flash3_status flash3_bwd_workspace_size(const flash3_bwd_params* para
 
 FLASH3_API flash3_status flash3_bwd(const flash3_bwd_params* params, void* stream) {
   return guarded([&] { return bwd(params, stream); });
+}
+
+FLASH3_API void flash3_quantize_fp8_params_init(flash3_quantize_fp8_params* params) {
+  if (params != nullptr) init(params);
+}
+
+FLASH3_API flash3_status flash3_quantize_fp8(const flash3_quantize_fp8_params* params, void* stream) {
+  return guarded([&] { return quantize_fp8(params, stream); });
 }
 
 FLASH3_API const char* flash3_last_error(void) { return flash3::last_error(); }

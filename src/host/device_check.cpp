@@ -116,7 +116,29 @@ CheckResult check_device_pointers(const ForwardParams& p, int device) {
                               {"cu_seqlens_q", p.cu_seqlens_q, varlen && has_keys},
                               {"cu_seqlens_k", p.cu_seqlens_k, varlen && has_keys},
                               {"seqused_q", p.seqused_q, varlen && has_keys && p.seqused_q != nullptr},
-                              {"seqused_k", p.seqused_k, varlen && has_keys && p.seqused_k != nullptr}},
+                              {"seqused_k", p.seqused_k, varlen && has_keys && p.seqused_k != nullptr},
+                              {"q_scale", p.q_scale.data, p.q_scale.data != nullptr},
+                              {"k_scale", p.k_scale.data, has_keys && p.k_scale.data != nullptr},
+                              {"v_scale", p.v_scale.data, has_keys && p.v_scale.data != nullptr}},
+                             device);
+}
+
+CheckResult check_device_pointers(const QuantizeFp8Params& p, int device) {
+  const bool v_only = p.dtype == DType::kFloat8E4M3;
+  const bool q_used = !v_only && p.seqlen_q > 0;
+  const bool k_used = !v_only && p.seqlen_k > 0;
+  const bool v_used = p.seqlen_k > 0;
+  return check_used_pointers({{"q", p.q.data, q_used},
+                              {"k", p.k.data, k_used},
+                              {"v", p.v.data, v_used},
+                              {"q_out", p.q_out.data, q_used},
+                              {"k_out", p.k_out.data, k_used},
+                              {"vt_out", p.vt_out.data, v_used},
+                              {"q_scale", p.q_scale, q_used},
+                              {"k_scale", p.k_scale, k_used},
+                              {"v_scale", p.v_scale, k_used},
+                              {"hadamard_signs", p.hadamard_signs,
+                               !v_only && p.hadamard_signs != nullptr}},
                              device);
 }
 

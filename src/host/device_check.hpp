@@ -32,5 +32,6 @@ CheckResult check_current_device(int* device);
 CheckResult check_device_pointers(const ForwardParams& params, int device);
 // Every tensor backward() reads or writes for these sizes (and the workspace).
 CheckResult check_device_pointers(const BackwardParams& params, int device);
+CheckResult check_device_pointers(const QuantizeFp8Params& params, int device);
 
 }  // namespace flash3::host

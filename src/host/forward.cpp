@@ -51,6 +51,20 @@ std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream)
         default: break;
       }
       break;
+    case DType::kFloat8E4M3:
+      switch (p.head_dim) {
+#ifdef FLASH3_HAS_E4M3_HDIM64
+        case 64: return kernels::run_fwd<DType::kFloat8E4M3, 64>(p, stream);
+#endif
+#ifdef FLASH3_HAS_E4M3_HDIM128
+        case 128: return kernels::run_fwd<DType::kFloat8E4M3, 128>(p, stream);
+#endif
+#ifdef FLASH3_HAS_E4M3_HDIM256
+        case 256: return kernels::run_fwd<DType::kFloat8E4M3, 256>(p, stream);
+#endif
+        default: break;
+      }
+      break;
   }
   return std::nullopt;
 }

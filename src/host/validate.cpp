@@ -137,6 +137,27 @@ CheckResult check_varlen(const ForwardParams& p) {
   return {};
 }
 
+// What FP8 adds to the forward's rules: no softcap, no varlen, and scales.
+CheckResult check_fp8(const ForwardParams& p) {
+  if (p.softcap != 0.f)
+    return unsupported(cat("softcap: not supported with dtype e4m3 (FP8); got ", p.softcap));
+  if (p.cu_seqlens_q != nullptr)
+    return unsupported("cu_seqlens_q: varlen is not supported with dtype e4m3 (FP8)");
+  const struct {
+    const char* name;
+    const Fp8Scale& scale;
+  } scales[] = {{"q_scale", p.q_scale}, {"k_scale", p.k_scale}, {"v_scale", p.v_scale}};
+  for (const auto& s : scales) {
+    if (s.scale.data == nullptr)
+      return invalid(cat(s.name, ": dtype e4m3 (FP8) needs dequantization scales; got NULL"));
+    if (CheckResult r = check_aligned_pointer(s.name, s.scale.data); !r.ok()) return r;
+    for (int d = 0; d < 3; ++d)
+      if (s.scale.stride[d] < 0)
+        return invalid(cat(s.name, ": stride[", d, "] must be >= 0; got ", s.scale.stride[d]));
+  }
+  return {};
+}
+
 std::string supported_head_dims() {
   std::string out;
   for (int h : kSupportedHeadDims) out += (out.empty() ? "" : ", ") + std::to_string(h);
@@ -149,20 +170,30 @@ const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kBFloat16: return "bf16";
     case DType::kFloat16: return "fp16";
+    case DType::kFloat8E4M3: return "e4m3";
   }
   return nullptr;
 }
 
-int dtype_bytes(DType) { return 2; }  // both known dtypes are 16-bit
+int dtype_bytes(DType dtype) { return dtype == DType::kFloat8E4M3 ? 1 : 2; }
 
 void BuildConfig::add(DType dtype, int head_dim) {
-  const int d = dtype_index(dtype), h = head_dim_index(head_dim);
-  if (d >= 0 && h >= 0) built_[d][h] = true;
+  const int h = head_dim_index(head_dim);
+  if (h < 0) return;
+  if (dtype == DType::kFloat8E4M3) {
+    fp8_built_[h] = true;
+    return;
+  }
+  const int d = dtype_index(dtype);
+  if (d >= 0) built_[d][h] = true;
 }
 
 bool BuildConfig::has(DType dtype, int head_dim) const {
-  const int d = dtype_index(dtype), h = head_dim_index(head_dim);
-  return d >= 0 && h >= 0 && built_[d][h];
+  const int h = head_dim_index(head_dim);
+  if (h < 0) return false;
+  if (dtype == DType::kFloat8E4M3) return fp8_built_[h];
+  const int d = dtype_index(dtype);
+  return d >= 0 && built_[d][h];
 }
 
 bool BuildConfig::has_dtype(DType dtype) const {
@@ -212,6 +243,15 @@ const BuildConfig& built_config() {
 #ifdef FLASH3_HAS_FP16_HDIM256
     c.add(DType::kFloat16, 256);
 #endif
+#ifdef FLASH3_HAS_E4M3_HDIM64
+    c.add(DType::kFloat8E4M3, 64);
+#endif
+#ifdef FLASH3_HAS_E4M3_HDIM128
+    c.add(DType::kFloat8E4M3, 128);
+#endif
+#ifdef FLASH3_HAS_E4M3_HDIM256
+    c.add(DType::kFloat8E4M3, 256);
+#endif
     return c;
   }();
   return config;
@@ -220,8 +260,9 @@ const BuildConfig& built_config() {
 CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   const char* dtype = dtype_name(p.dtype);
   if (dtype == nullptr)
-    return invalid(cat("dtype: expected fp16 (", static_cast<int>(DType::kFloat16), ") or bf16 (",
-                       static_cast<int>(DType::kBFloat16), "); got ", static_cast<int>(p.dtype)));
+    return invalid(cat("dtype: expected fp16 (", static_cast<int>(DType::kFloat16), "), bf16 (",
+                       static_cast<int>(DType::kBFloat16), ") or e4m3 (",
+                       static_cast<int>(DType::kFloat8E4M3), "); got ", static_cast<int>(p.dtype)));
 
   for (CheckResult r : {check_size("batch", p.batch, 0), check_size("seqlen_q", p.seqlen_q, 0),
                         check_size("seqlen_k", p.seqlen_k, 0),
@@ -230,6 +271,9 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
                         check_size("head_dim", p.head_dim, 1)})
     if (!r.ok()) return r;
 
+  const bool fp8 = p.dtype == DType::kFloat8E4M3;
+  if (fp8 && !built.has_dtype(p.dtype))
+    return unsupported("dtype: e4m3 is not built into this library; rebuild with FLASH3_FP8=ON");
   if (!built.has_dtype(p.dtype))
     return unsupported(cat("dtype: ", dtype, " is not built into this library (built: ",
                            built.dtype_list(), "); rebuild with FLASH3_DTYPES including ", dtype));
@@ -271,10 +315,13 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   } tensors[] = {{"q", p.q, q_used}, {"k", p.k, kv_used}, {"v", p.v, kv_used}, {"out", p.out, q_used}};
   for (const auto& t : tensors) {
     if (!t.used) continue;
-    if (CheckResult r = check_tensor(t.name, t.tensor, dtype_bytes(p.dtype)); !r.ok()) return r;
+    // FP8 writes bf16; its v is V^T, whose strides obey the same TMA rules.
+    const int bytes = fp8 && &t.tensor == &p.out ? 2 : dtype_bytes(p.dtype);
+    if (CheckResult r = check_tensor(t.name, t.tensor, bytes); !r.ok()) return r;
   }
   for (CheckResult r : {check_aligned_pointer("lse", p.lse), check_aligned_pointer("sinks", p.sinks)})
     if (!r.ok()) return r;
+  if (fp8) return check_fp8(p);
   return {};
 }
 
@@ -316,6 +363,8 @@ bool backward_has_keys(const BackwardParams& p) {
 }
 
 CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built) {
+  if (p.dtype == DType::kFloat8E4M3)
+    return unsupported("dtype: e4m3 (FP8) has a forward only; the backward takes bf16 or fp16");
   if (CheckResult r = validate_forward(forward_view(p), built); !r.ok()) return r;
   // Varlen's workspace rows: every sequence padded to whole query blocks (bwd_workspace.cpp).
   const int64_t block_m = kernels::bwd_tile_config(p.head_dim).block_m;
@@ -354,6 +403,63 @@ CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built)
     return invalid(cat("workspace_bytes: expected at least ", needed,
                        " (backward_workspace_size); got ", p.workspace_bytes));
   return {};
+}
+
+}  // namespace flash3::host
+
+namespace flash3::host {
+
+CheckResult validate_quantize_fp8(const QuantizeFp8Params& p) {
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16 && p.dtype != DType::kFloat8E4M3)
+    return invalid(cat("dtype: expected fp16 (", static_cast<int>(DType::kFloat16), "), bf16 (",
+                       static_cast<int>(DType::kBFloat16), ") or e4m3 (",
+                       static_cast<int>(DType::kFloat8E4M3), ", v only); got ",
+                       static_cast<int>(p.dtype)));
+  if (p.scaling != Fp8Scaling::kPerBlock && p.scaling != Fp8Scaling::kPerTensor)
+    return invalid(cat("scaling: expected per-block (0) or per-tensor (1); got ",
+                       static_cast<int>(p.scaling)));
+  for (CheckResult r : {check_size("batch", p.batch, 0), check_size("seqlen_q", p.seqlen_q, 0),
+                        check_size("seqlen_k", p.seqlen_k, 0),
+                        check_size("num_heads_q", p.heads_q, 1),
+                        check_size("num_heads_kv", p.heads_kv, 1)})
+    if (!r.ok()) return r;
+  if (head_dim_index(p.head_dim) < 0)
+    return unsupported(
+        cat("head_dim: supported head dims are ", supported_head_dims(), "; got ", p.head_dim));
+  for (CheckResult r : {check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q)),
+                        check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv))})
+    if (!r.ok()) return r;
+
+  const bool v_only = p.dtype == DType::kFloat8E4M3;
+  const bool q_used = !v_only && p.batch > 0 && p.seqlen_q > 0;
+  const bool kv_used = p.batch > 0 && p.seqlen_k > 0;
+  const int in_bytes = dtype_bytes(p.dtype);
+  const struct {
+    const char* name;
+    const Tensor4d& tensor;
+    int bytes;
+    bool used;
+  } tensors[] = {{"q", p.q, in_bytes, q_used},        {"k", p.k, in_bytes, kv_used && !v_only},
+                 {"v", p.v, in_bytes, kv_used},       {"q_out", p.q_out, 1, q_used},
+                 {"k_out", p.k_out, 1, kv_used && !v_only}, {"vt_out", p.vt_out, 1, kv_used}};
+  for (const auto& t : tensors) {
+    if (!t.used) continue;
+    if (CheckResult r = check_tensor(t.name, t.tensor, t.bytes); !r.ok()) return r;
+  }
+  const struct {
+    const char* name;
+    const float* scale;
+    bool used;
+  } scales[] = {{"q_scale", p.q_scale, q_used},
+                {"k_scale", p.k_scale, kv_used && !v_only},
+                {"v_scale", p.v_scale, kv_used && !v_only}};
+  for (const auto& s : scales) {
+    if (!s.used) continue;
+    if (s.scale == nullptr)
+      return invalid(cat(s.name, ": expected fp32 device memory for the scales; got NULL"));
+    if (CheckResult r = check_aligned_pointer(s.name, s.scale); !r.ok()) return r;
+  }
+  return check_aligned_pointer("hadamard_signs", p.hadamard_signs);
 }
 
 }  // namespace flash3::host

@@ -14,11 +14,12 @@ namespace flash3::host {
 // library is a build option (BuildConfig).
 inline constexpr int kSupportedHeadDims[] = {64, 128, 256};
 inline constexpr int kNumHeadDims = sizeof(kSupportedHeadDims) / sizeof(int);
-// In the order lists are printed (matches FLASH3_DTYPES' default).
+// The 16-bit dtypes (forward and backward), in the order lists are printed
+// (matches FLASH3_DTYPES' default). e4m3 (FP8 forward) is separate.
 inline constexpr DType kKnownDTypes[] = {DType::kBFloat16, DType::kFloat16};
 inline constexpr int kNumDTypes = sizeof(kKnownDTypes) / sizeof(DType);
 
-// "bf16" / "fp16", or nullptr for a value that is not a DType.
+// "bf16" / "fp16" / "e4m3", or nullptr for a value that is not a DType.
 const char* dtype_name(DType dtype);
 int dtype_bytes(DType dtype);
 
@@ -35,6 +36,7 @@ class BuildConfig {
 
  private:
   bool built_[kNumDTypes][kNumHeadDims] = {};
+  bool fp8_built_[kNumHeadDims] = {};  // e4m3: forward only, so outside kKnownDTypes
 };
 
 // This library's kernels (from the FLASH3_HAS_<DTYPE>_HDIM<D> definitions).
@@ -46,6 +48,10 @@ const BuildConfig& built_config();
 // their pointers and strides are not checked.
 CheckResult validate_forward(const ForwardParams& params,
                              const BuildConfig& built = built_config());
+
+// quantize_fp8's rules: sizes, dtypes, tensors (q, k, v and q_out, k_out,
+// vt_out as TMA-style strided tensors) and the scale outputs.
+CheckResult validate_quantize_fp8(const QuantizeFp8Params& params);
 
 // The forward's rules for q, k, v, out and the sizes, plus: lse (forward's,
 // required), dout, dq, dk, dv checked as tensors like out, q, k, v, and a

@@ -15,18 +15,24 @@ using namespace cute;
 
 template <class Traits>
 struct FwdEpilogue {
-  using Element = typename Traits::Element;
+  using Element = typename Traits::OutElement;
   using Params = FwdKernelParams<Traits>;
   using TileShape = typename Traits::TileShape;
 
+  // `o_units`: what O's accumulator is in units of (FP8's V scale; else 1).
   template <class FragO, class Softmax>
   CUTE_DEVICE static void store(Params const& p, FwdTile tile, int thread, FragO& acc_o,
-                                Softmax& softmax) {
+                                Softmax& softmax, float o_units) {
     constexpr int kRows = Softmax::kNumRows;
     float lse[kRows];
     Tensor o = as_rowcol(acc_o);
     float const sink = p.sinks == nullptr ? -INFINITY : p.sinks[tile.head];
-    scale_rows(o, softmax.finalize(p.logit_scale, sink, lse));
+    auto o_scale = softmax.finalize(sink, lse);
+    if constexpr (Traits::kFp8) {
+      CUTE_UNROLL
+      for (int i = 0; i < kRows; ++i) o_scale[i] *= o_units;
+    }
+    scale_rows(o, o_scale);
     Tensor out_frag = make_tensor<Element>(acc_o.layout());
     convert_fragment(acc_o, out_frag);
     Tensor out_rc = as_rowcol(out_frag);

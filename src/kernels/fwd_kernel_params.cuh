@@ -5,13 +5,26 @@
 
 namespace flash3::kernels {
 
+// FP8 dequantization scales of one tensor, indexed (batch, head, block of
+// kFp8ScaleBlock rows); a per-tensor or per-head descale has block stride 0.
+struct Fp8ScaleView {
+  float const* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t block_stride;
+
+  __host__ __device__ float operator()(int batch, int head, int block) const {
+    return data[batch * batch_stride + head * head_stride + block * block_stride];
+  }
+};
+
 template <class Traits>
 struct FwdKernelParams {
-  using Element = typename Traits::Element;
+  using OutElement = typename Traits::OutElement;
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k;
-  typename Traits::TmaKV tma_v;
-  Element* out;
+  typename Traits::TmaV tma_v;  // FP8: loads V^T
+  OutElement* out;
   int64_t out_batch_stride;
   int64_t out_row_stride;
   int64_t out_head_stride;
@@ -29,10 +42,9 @@ struct FwdKernelParams {
   int key_hi;
   // The scores the softmax sees are raw q.k, or with softcap tanh(q.k *
   // softcap_input_scale) (softcap_input_scale = softmax_scale / softcap; 0 =
-  // no softcap); times logit_scale (softmax_scale, or softcap) they are logits.
+  // no softcap); times softmax_scale (or softcap) they are logits.
   float softcap_input_scale;
-  float logit_scale;
-  float scale_log2;       // logit_scale * log2(e)
+  float scale_log2;       // softmax_scale (or softcap) * log2(e)
   float const* sinks;     // (heads_q) logits joining each row's denominator, or null
   // Varlen (Traits::kVarlen; null otherwise): sequence b is rows
   // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q and out (only the
@@ -45,6 +57,13 @@ struct FwdKernelParams {
   int const* seqused_k;
   int total_q;
   int total_k;
+  // FP8 only: q.k^T and P V are in quantized units; the true values are
+  // times q_scale(b, h, m_block) * k_scale(b, kv_head, n_block), and
+  // v_scale(b, kv_head, n_block). vt_keys: V^T's padded key extent.
+  Fp8ScaleView q_scale;
+  Fp8ScaleView k_scale;
+  Fp8ScaleView v_scale;
+  int vt_keys;
 };
 
 }  // namespace flash3::kernels

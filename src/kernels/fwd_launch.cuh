@@ -30,9 +30,33 @@ inline bool persistent_fwd_grid(ForwardParams const& p) {
   return p.seqlen_k <= kMaxPersistentKeys;
 }
 
+inline Fp8ScaleView fp8_scale_view(Fp8Scale const& s) {
+  return {s.data, s.stride[0], s.stride[1], s.stride[2]};
+}
+
+// V's TMA: the V tile, or FP8's V^T (flash3.hpp: ForwardParams).
+template <class Traits>
+typename Traits::TmaV make_tma_copy_v(ForwardParams const& p, int tma_batch, int rows_k) {
+  if constexpr (Traits::kFp8) {
+    static_assert(Traits::kBlockM == kFp8ScaleBlock && Traits::kBlockN == kFp8ScaleBlock,
+                  "an FP8 tile is one block of the scales");
+    using Element = typename Traits::Element;
+    auto const vt = make_tensor(
+        make_gmem_ptr(static_cast<Element const*>(p.v.data)),
+        make_layout(make_shape(Int<Traits::kHeadDim>{}, int32_t(fp8_vt_keys(p.seqlen_k)),
+                               int32_t(p.heads_kv), int32_t(tma_batch)),
+                    make_stride(p.v.stride[1], _1{}, p.v.stride[2], p.v.stride[0])));
+    return make_tma_copy(SM90_TMA_LOAD{}, vt, take<0, 2>(typename Traits::VtLayout::LoadSmem{}),
+                         Shape<Int<Traits::kHeadDim>, Int<Traits::kBlockN>>{}, _1{});
+  } else {
+    return make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, tma_batch, rows_k, p.heads_kv),
+                         take<0, 2>(typename Traits::SmemLayoutKV{}),
+                         select<1, 2>(typename Traits::TileShape{}), _1{});
+  }
+}
+
 template <class Traits>
 cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
-  using Element = typename Traits::Element;
   using SharedStorage = typename Traits::SharedStorage;
   constexpr bool kVarlen = Traits::kVarlen;
   int const m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
@@ -51,10 +75,8 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch, rows_k, p.heads_kv),
                     take<0, 2>(typename Traits::SmemLayoutKV{}),
                     select<1, 2>(typename Traits::TileShape{}), _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, tma_batch, rows_k, p.heads_kv),
-                    take<0, 2>(typename Traits::SmemLayoutKV{}),
-                    select<1, 2>(typename Traits::TileShape{}), _1{}),
-      static_cast<Element*>(p.out.data),
+      make_tma_copy_v<Traits>(p, tma_batch, rows_k),
+      static_cast<typename Traits::OutElement*>(p.out.data),
       kVarlen ? 0 : p.out.stride[0],
       p.out.stride[1],
       p.out.stride[2],
@@ -69,7 +91,6 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       diagonal - p.window_left,   // key_lo (unused unless banded)
       diagonal + p.window_right,  // key_hi
       p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f,
-      logit_scale,
       logit_scale * float(M_LOG2E),
       p.sinks,
       p.cu_seqlens_q,
@@ -78,6 +99,10 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       p.seqused_k,
       p.total_q,
       p.total_k,
+      fp8_scale_view(p.q_scale),
+      fp8_scale_view(p.k_scale),
+      fp8_scale_view(p.v_scale),
+      int(fp8_vt_keys(p.seqlen_k)),
   };
   constexpr int kSmemBytes = int(sizeof(SharedStorage));
   if constexpr (!Traits::kBanded) {
@@ -101,8 +126,10 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(ForwardParams const& params, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
-  if (params.cu_seqlens_q != nullptr)
-    return launch_fwd<FwdTraits<Element, kHeadDim, true, true>>(params, stream);
+  if constexpr (kDType != DType::kFloat8E4M3) {  // FP8 has no varlen kernel (validated)
+    if (params.cu_seqlens_q != nullptr)
+      return launch_fwd<FwdTraits<Element, kHeadDim, true, true>>(params, stream);
+  }
   return params.window_left >= 0
              ? launch_fwd<FwdTraits<Element, kHeadDim, true>>(params, stream)
              : launch_fwd<FwdTraits<Element, kHeadDim, false>>(params, stream);

@@ -65,17 +65,24 @@ struct FwdMainloop {
     }
   }
 
-  // Varlen: TMA sees the packed tensors as one batch entry.
+  // Varlen: TMA sees the packed tensors as one batch entry. FP8: V as V^T,
+  // (head_dim, padded keys, heads, batch).
   CUTE_DEVICE static auto global_qkv(Params const& p) {
     int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
     int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
     int const batch = kVarlen ? 1 : p.batch;
+    int const heads_kv = p.heads_q / p.heads_per_kv_head;
+    auto const v_shape = [&] {
+      if constexpr (Traits::kFp8) {
+        return make_shape(Int<kHeadDim>{}, p.vt_keys, heads_kv, batch);
+      } else {
+        return make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch);
+      }
+    }();
     return cute::make_tuple(
         p.tma_q.get_tma_tensor(make_shape(rows_q, Int<kHeadDim>{}, p.heads_q, batch)),
-        p.tma_k.get_tma_tensor(
-            make_shape(rows_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, batch)),
-        p.tma_v.get_tma_tensor(
-            make_shape(rows_k, Int<kHeadDim>{}, p.heads_q / p.heads_per_kv_head, batch)));
+        p.tma_k.get_tma_tensor(make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch)),
+        p.tma_v.get_tma_tensor(v_shape));
   }
 
   // (rows, head_dim) of one head of the tile's sequence.
@@ -95,15 +102,25 @@ struct FwdMainloop {
                                Pipeline& pipeline_v, PipelineState& write) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
-    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutKV{});
-    auto [mQ, mK, mV] = global_qkv(p);
+    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::VtLayout::LoadSmem{});
+    auto const qkv = global_qkv(p);
+    Tensor mQ = get<0>(qkv);
+    Tensor mK = get<1>(qkv);
+    Tensor mV = get<2>(qkv);
     int const kv_head = tile.head / p.heads_per_kv_head;
     Tensor gQ = local_tile(sequence_rows(mQ, tile.head, tile.batch, tile.offset_q),
                            select<0, 2>(TileShape{}), make_coord(tile.m_block, _0{}));  // (M, D)
     Tensor gK = local_tile(sequence_rows(mK, kv_head, tile.batch, tile.offset_k),
                            select<1, 2>(TileShape{}), make_coord(_, _0{}));  // (N, D, n_block)
-    Tensor gV = local_tile(sequence_rows(mV, kv_head, tile.batch, tile.offset_k),
-                           select<1, 2>(TileShape{}), make_coord(_, _0{}));
+    Tensor gV = [&] {
+      if constexpr (Traits::kFp8) {  // (D, N, n_block) of V^T
+        return local_tile(mV(_, _, kv_head, tile.batch), Shape<Int<kHeadDim>, Int<Traits::kBlockN>>{},
+                          make_coord(_0{}, _));
+      } else {
+        return local_tile(sequence_rows(mV, kv_head, tile.batch, tile.offset_k),
+                          select<1, 2>(TileShape{}), make_coord(_, _0{}));
+      }
+    }();
 
     auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
@@ -126,7 +143,8 @@ struct FwdMainloop {
   }
 
   // Run by all consumer threads; `thread` is the index among them. Leaves the
-  // unnormalized O in `acc_o` and the running statistics in `softmax`.
+  // unnormalized O in `acc_o` (FP8: in units of V block n_block_begin's
+  // scale) and the running statistics in `softmax`.
   //
   // Intra-warpgroup overlap (FA3 paper, section 3.2): the WGMMAs of the next
   // S = Q K^T and of the current O += P V are in flight together while the
@@ -154,8 +172,45 @@ struct FwdMainloop {
     Tensor coords = make_tensor(tScS.data(), acc_rowcol_layout(tScS.layout()));
     Tensor acc_s = partition_fragment_C(mma_s, select<0, 1>(TileShape{}));
     Tensor scores = as_rowcol(acc_s);
-    // P in registers, laid out as the A operand of O += P V.
-    Tensor tOrP = make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
+    // P in registers, laid out as the A operand of O += P V (16-bit: the
+    // accumulator's own order; FP8: see convert_p_fp8).
+    Tensor tOrP = [&] {
+      if constexpr (Traits::kFp8) {
+        return make_tensor<Element>(partition_shape_A(mma_o, select<0, 1>(TileShape{})));
+      } else {
+        return make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
+      }
+    }();
+    auto convert_p = [&] {
+      if constexpr (Traits::kFp8) {
+        convert_p_fp8(acc_s, tOrP);
+      } else {
+        convert_fragment(acc_s, tOrP);
+      }
+    };
+    // What turns block n_block's scores into log2-domain logits, and (FP8)
+    // the scale of V's block n_block, in which O += P V accumulates.
+    int const kv_head = tile.head / p.heads_per_kv_head;
+    float const q_scale = Traits::kFp8 ? p.q_scale(tile.batch, tile.head, tile.m_block) : 1.f;
+    auto score_scale = [&](int n_block) {
+      if constexpr (Traits::kFp8) {
+        return p.scale_log2 * q_scale * p.k_scale(tile.batch, kv_head, n_block);
+      } else {
+        return p.scale_log2;
+      }
+    };
+    auto v_scale = [&](int n_block) {
+      return Traits::kFp8 ? p.v_scale(tile.batch, kv_head, n_block) : 1.f;
+    };
+    // O holds blocks after n_block in units of V block n_block + 1's scale;
+    // before P V of block n_block joins, switch it to n_block's.
+    auto o_rescale = [&](int n_block, auto o_scale) {
+      if constexpr (Traits::kFp8) {
+        float const units = v_scale(n_block + 1) / v_scale(n_block);
+        for (float& factor : o_scale) factor *= units;
+      }
+      scale_rows(as_rowcol(acc_o), o_scale);
+    };
 
     PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
     Mask const mask = make_mask(p, tile);
@@ -165,7 +220,7 @@ struct FwdMainloop {
         mask.apply_right(scores, coords, tile.m_block, n_block);
       if (mask.needs_left_mask(tile.m_block, n_block))
         mask.apply_left(scores, coords, tile.m_block, n_block);
-      return softmax.step(scores);
+      return softmax.step(scores, score_scale(n_block));
     };
     // Operand waits stay outside the issue turn: a warpgroup holding the turn
     // while its data is in flight would stall the other for nothing.
@@ -199,7 +254,7 @@ struct FwdMainloop {
       warpgroup_wait<0>();
       s_done();
       mask_and_softmax(n_block);  // O is still zero: its scale factor is moot
-      convert_fragment(acc_s, tOrP);
+      convert_p();
       for (--n_block; n_block >= n_block_begin; --n_block) {
         wait_k();
         wait_v();
@@ -212,8 +267,8 @@ struct FwdMainloop {
         auto const o_scale = mask_and_softmax(n_block);
         warpgroup_wait<0>();
         o_done();
-        scale_rows(as_rowcol(acc_o), o_scale);
-        convert_fragment(acc_s, tOrP);
+        o_rescale(n_block, o_scale);
+        convert_p();
       }
       q_done();
       wait_v();
@@ -230,8 +285,9 @@ struct FwdMainloop {
         scheduler.pass_turn();
         warpgroup_wait<0>();
         s_done();
-        scale_rows(as_rowcol(acc_o), mask_and_softmax(n_block));
-        convert_fragment(acc_s, tOrP);
+        auto const o_scale = mask_and_softmax(n_block);
+        if (n_block < n_block_end - 1) o_rescale(n_block, o_scale);
+        convert_p();
         wait_v();
         scheduler.wait_turn();
         gemm_o();

@@ -6,7 +6,11 @@
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cutlass/bfloat16.h>
+#include <cutlass/float8.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include <type_traits>
 
 #include "kernels/tile_config.h"
 
@@ -28,8 +32,49 @@ using namespace cute;
 
 enum class WarpGroupRole : int { kProducer = 0, kConsumer0 = 1, kConsumer1 = 2 };
 
-// kBanded: causal or sliding-window mask (attention_mask.cuh). kVarlen:
-// packed sequences of different lengths (fwd_kernel_params.cuh); always
+// K-major shared-memory atom for rows of kKElems elements: 128-byte swizzle
+// when a row fills it (every 16-bit tile; fp8 rows of 128 keys or more), else
+// 64-byte (fp8 at head dim 64).
+template <class Element, int kKElems>
+using KMajorSmemAtom = std::conditional_t<(kKElems * sizeof(Element)) % 128 == 0,
+                                          GMMA::Layout_K_SW128_Atom<Element>,
+                                          GMMA::Layout_K_SW64_Atom<Element>>;
+
+// V^T as the second GEMM reads it, (head_dim, keys, stage). 16-bit: the same
+// bytes as the (keys, head_dim) V tile, read MN-major; TMA loads V.
+template <class Element, int kHeadDim, int kBlockN, int kStages, class SmemLayoutKV,
+          bool kFp8 = sizeof(Element) == 1>
+struct FwdVtLayout {
+  using Smem = decltype(composition(
+      SmemLayoutKV{},
+      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using LoadSmem = SmemLayoutKV;
+  template <class TileShape>
+  using LoadBox = decltype(select<1, 2>(TileShape{}));
+  template <class GmemTensorKV>
+  using Gmem = GmemTensorKV;
+};
+
+// FP8 WGMMA takes only K-major B: V arrives transposed in global memory,
+// (head_dim, padded keys, heads, batch) with keys contiguous
+// (fp8_quantize.cu), and TMA loads it into its own K-major tile.
+template <class Element, int kHeadDim, int kBlockN, int kStages, class SmemLayoutKV>
+struct FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutKV, true> {
+  using Smem = decltype(tile_to_shape(KMajorSmemAtom<Element, kBlockN>{},
+                                      Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}));
+  static_assert(cosize_v<Smem> == cosize_v<SmemLayoutKV>);
+  using LoadSmem = Smem;
+  template <class TileShape>
+  using LoadBox = Shape<Int<kHeadDim>, Int<kBlockN>>;
+  template <class GmemTensorKV>
+  using Gmem = decltype(make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(nullptr)),
+      Layout<Shape<Int<kHeadDim>, int32_t, int32_t, int32_t>, Stride<int64_t, _1, int64_t, int64_t>>{}));
+};
+
+// Element: bf16 / fp16, or e4m3 (FP8: output bf16, V read as V^T, block
+// scales; fwd_kernel_params.cuh). kBanded: causal or sliding-window mask
+// (attention_mask.cuh). kVarlen: packed sequences of different lengths (fwd_kernel_params.cuh); always
 // banded, since each sequence's mask bounds are relative to its own lengths
 // (full attention is the band no row reaches the edge of).
 template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false>
@@ -39,10 +84,15 @@ struct FwdTraits {
   static constexpr bool kBanded = kBanded_;
   static constexpr bool kVarlen = kVarlen_;
   static_assert(kBanded || !kVarlen, "varlen kernels take the mask as a band");
-  static constexpr FwdTileConfig kTile = fwd_tile_config(kHeadDim);
+  static constexpr bool kFp8 = sizeof(Element) == 1;
+  using OutElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
+  static_assert(!(kFp8 && kVarlen), "FP8 kernels take fixed-length batches");
+  static constexpr FwdTileConfig kTile = fwd_tile_config(kHeadDim, kFp8);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.kv_stages;
+  // FP8: P = 2^8 p in e4m3 (online_softmax.cuh).
+  static constexpr int kSoftmaxMaxOffset = kFp8 ? 8 : 0;
 
   static constexpr bool kPingPong = FLASH3_FWD_PINGPONG;
   static constexpr bool kIntraWarpgroupOverlap = FLASH3_FWD_OVERLAP;
@@ -63,22 +113,21 @@ struct FwdTraits {
   using TiledMmaS = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
       ConsumerAtoms{}));
-  // O += P V: P from registers, V^T is MN-major (head_dim contiguous).
+  // O += P V: P from registers, V^T from shared memory (FwdVtLayout).
+  static constexpr GMMA::Major kVtMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;
   using TiledMmaO = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
+                           GMMA::Major::K, kVtMajor>(),
       ConsumerAtoms{}));
 
-  // Every supported head dim is a multiple of 64 elements = one 128-byte swizzle row.
+  // Every supported head dim is a multiple of 64 elements = one swizzle row.
   static_assert(kHeadDim % 64 == 0);
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemAtom = KMajorSmemAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV =
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  // The same V bytes seen as (head_dim, keys, stage) for the second GEMM.
-  using SmemLayoutVt = decltype(composition(
-      SmemLayoutKV{},
-      make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using VtLayout = FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutKV>;
+  using SmemLayoutVt = typename VtLayout::Smem;
 
   // Global tensors as TMA sees them: (seqlen, head_dim, heads, batch).
   using GmemShape = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;
@@ -90,6 +139,10 @@ struct FwdTraits {
                                       select<0, 2>(TileShape{}), _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        select<1, 2>(TileShape{}), _1{}));
+  using GmemTensorV = typename VtLayout::template Gmem<GmemTensor>;
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensorV{},
+                                      take<0, 2>(typename VtLayout::LoadSmem{}),
+                                      typename VtLayout::template LoadBox<TileShape>{}, _1{}));
 
   static constexpr uint32_t kQBytes = sizeof(Element) * size(SmemLayoutQ{});
   static constexpr uint32_t kKVStageBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutKV{}));

@@ -5,6 +5,7 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/bfloat16.h>
+#include <cutlass/float8.h>
 #include <cutlass/half.h>
 
 #include <type_traits>
@@ -16,7 +17,9 @@ namespace flash3::kernels {
 using namespace cute;
 
 template <DType kDType>
-using ElementOf = std::conditional_t<kDType == DType::kBFloat16, cutlass::bfloat16_t, cutlass::half_t>;
+using ElementOf = std::conditional_t<
+    kDType == DType::kBFloat16, cutlass::bfloat16_t,
+    std::conditional_t<kDType == DType::kFloat16, cutlass::half_t, cutlass::float_e4m3_t>>;
 
 // Raises the dynamic shared-memory limit of `kKernel` once per device (keyed
 // by the kernel itself: kernels of one signature must not share the flag).

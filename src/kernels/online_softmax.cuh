@@ -26,14 +26,19 @@ CUTE_DEVICE float quad_allreduce_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-template <int kRows>
+// kMaxOffset (log2 units): the exps come out as 2^kMaxOffset * p, which the
+// row sum carries too, so O / sum and the LSE are unchanged. FP8 sets 8: P in
+// e4m3 then spans (2^-6, 256] in normal numbers instead of subnormals below
+// 2^-6, and stays under e4m3's 448.
+template <int kRows, int kMaxOffset = 0>
 struct OnlineSoftmax {
   static constexpr int kNumRows = kRows;
-  float row_max[kRows];  // raw (unscaled) running max of each row's scores
+  // Running max of each row's scores times the step's scale: the log2-domain
+  // logit, so that steps with different scales (FP8 block scales) compare.
+  float row_max[kRows];
   float row_sum[kRows];  // this thread's partial sum; quad-reduced in finalize
-  float scale_log2;      // logit scale (softmax_scale, or softcap) * log2(e)
 
-  CUTE_DEVICE explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+  CUTE_DEVICE OnlineSoftmax() {
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       row_max[i] = -INFINITY;
@@ -47,19 +52,20 @@ struct OnlineSoftmax {
 
   // Turns scores (rows, cols) into probabilities in place and returns, per
   // row, the factor by which the previous O accumulator must be scaled.
+  // `scale_log2`: what turns this step's scores into log2-domain logits (> 0).
   template <class Tensor2d>
-  CUTE_DEVICE cute::array<float, kRows> step(Tensor2d&& scores) {
+  CUTE_DEVICE cute::array<float, kRows> step(Tensor2d&& scores, float scale_log2) {
     static_assert(decltype(size<0>(scores))::value == kRows);
     cute::array<float, kRows> o_scale;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
-      float m = row_max[i];
+      float m = scores(i, 0);
       CUTE_UNROLL
-      for (int j = 0; j < size<1>(scores); ++j) m = fmaxf(m, scores(i, j));
-      m = quad_allreduce_max(m);
-      float const max_scaled = safe_max(m) * scale_log2;
-      o_scale[i] = fast_exp2((row_max[i] - safe_max(m)) * scale_log2);
+      for (int j = 1; j < size<1>(scores); ++j) m = fmaxf(m, scores(i, j));
+      m = fmaxf(row_max[i], quad_allreduce_max(m) * scale_log2);
+      o_scale[i] = fast_exp2(row_max[i] - safe_max(m));
       row_max[i] = m;
+      float const max_scaled = safe_max(m) - float(kMaxOffset);
       float sum = 0.f;
       CUTE_UNROLL
       for (int j = 0; j < size<1>(scores); ++j) {
@@ -76,13 +82,13 @@ struct OnlineSoftmax {
   // (-inf: none). The sum is held relative to the row max; the sink is added
   // relative to the larger of the two, so a large sink cannot overflow. Rows
   // that saw no key get factor 0 and LSE -inf (the sink with one).
-  CUTE_DEVICE cute::array<float, kRows> finalize(float logit_scale, float sink,
-                                                 float (&lse)[kRows]) {
+  CUTE_DEVICE cute::array<float, kRows> finalize(float sink, float (&lse)[kRows]) {
     cute::array<float, kRows> o_scale;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       float const sum = quad_allreduce_sum(row_sum[i]);
-      float const max_logit = row_max[i] * logit_scale;  // -inf for rows that saw no key
+      // The logit the sum is relative to; -inf for rows that saw no key.
+      float const max_logit = (row_max[i] - float(kMaxOffset)) * float(M_LN2);
       float const top = fmaxf(max_logit, sink);
       if (top == -INFINITY) {
         o_scale[i] = 0.f;

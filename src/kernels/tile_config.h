@@ -18,7 +18,11 @@ struct FwdTileConfig {
 // - d 64: steps are short (half the GEMM work of d 128 per key block), so a
 //   third K/V stage (16 + 3 x 32 KB) hides more load latency: measured +1-10 %
 //   causal, 0.98-1.01x non-causal (docs/performance.md, 2026-12-03).
-constexpr FwdTileConfig fwd_tile_config(int head_dim) {
+// - FP8: 128 x 128 at every head dim, so that one tile is one block of the
+//   quantizer's scales (flash3::kFp8ScaleBlock); half the bytes of 16-bit
+//   tiles leave room for a third K/V stage up to d = 128.
+constexpr FwdTileConfig fwd_tile_config(int head_dim, bool fp8 = false) {
+  if (fp8) return head_dim <= 128 ? FwdTileConfig{128, 128, 3} : FwdTileConfig{128, 128, 2};
   return head_dim <= 64    ? FwdTileConfig{128, 128, 3}
          : head_dim <= 128 ? FwdTileConfig{128, 128, 2}
                            : FwdTileConfig{128, 80, 2};

@@ -31,6 +31,11 @@ TEST(ValidateBackward, AcceptsEveryDtypeAndHeadDim) {
     }
 }
 
+TEST(ValidateBackward, RefusesFp8) {
+  expect_error(valid_backward_params(DType::kFloat8E4M3), Status::kUnsupported,
+               "dtype: e4m3 (FP8) has a forward only; the backward takes bf16 or fp16");
+}
+
 TEST(ValidateBackward, AppliesTheForwardRules) {
   BackwardParams p = valid_backward_params();
   p.heads_kv = 3;

@@ -78,7 +78,7 @@ TEST(Validate, NullDataPointers) {
 TEST(Validate, UnknownDtype) {
   ForwardParams p = valid_params();
   p.dtype = static_cast<DType>(7);
-  expect_error(p, Status::kInvalidArgument, "dtype: expected fp16 (0) or bf16 (1); got 7");
+  expect_error(p, Status::kInvalidArgument, "dtype: expected fp16 (0), bf16 (1) or e4m3 (2); got 7");
 }
 
 TEST(Validate, DtypeNotBuilt) {
@@ -420,6 +420,135 @@ TEST(ResolveWindow, VarlenIsAlwaysABandOfTotals) {
   resolve_window(p);
   EXPECT_EQ(p.window_left, 5);
   EXPECT_EQ(p.window_right, 0);
+}
+
+// FP8: e4m3 q, k and V^T, bf16 out, scales per block.
+ForwardParams valid_fp8_params(int head_dim = 128) {
+  ForwardParams p = valid_params(DType::kFloat8E4M3, head_dim);
+  const float* scales = reinterpret_cast<const float*>(uintptr_t{0xa00000});
+  p.q_scale = {scales, {8 * 1, 1, 0}};
+  p.k_scale = {scales, {2 * 2, 2, 1}};
+  p.v_scale = {scales, {0, 0, 0}};
+  p.v.stride[0] = int64_t{p.heads_kv} * p.head_dim * fp8_vt_keys(p.seqlen_k);  // V^T
+  p.v.stride[1] = fp8_vt_keys(p.seqlen_k);
+  p.v.stride[2] = int64_t{p.head_dim} * fp8_vt_keys(p.seqlen_k);
+  return p;
+}
+
+TEST(ValidateFp8, AcceptsEveryHeadDim) {
+  for (int h : kSupportedHeadDims) expect_ok(valid_fp8_params(h));
+  ForwardParams p = valid_fp8_params();
+  p.causal = true;
+  p.window_left = 64;
+  expect_ok(p);
+}
+
+TEST(ValidateFp8, NeedsScales) {
+  ForwardParams p = valid_fp8_params();
+  p.k_scale.data = nullptr;
+  expect_error(p, Status::kInvalidArgument,
+               "k_scale: dtype e4m3 (FP8) needs dequantization scales; got NULL");
+  p = valid_fp8_params();
+  p.v_scale.stride[2] = -1;
+  expect_error(p, Status::kInvalidArgument, "v_scale: stride[2] must be >= 0; got -1");
+  p = valid_fp8_params();
+  p.q_scale.data = reinterpret_cast<const float*>(uintptr_t{0xa00002});
+  expect_error(p, Status::kInvalidArgument, "q_scale: pointer must be 4-byte aligned; got 0xa00002");
+}
+
+TEST(ValidateFp8, RefusesSoftcapAndVarlen) {
+  ForwardParams p = valid_fp8_params();
+  p.softcap = 5.f;
+  expect_error(p, Status::kUnsupported, "softcap: not supported with dtype e4m3 (FP8); got 5");
+  p = valid_fp8_params();
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0xb00000});
+  p.cu_seqlens_k = p.cu_seqlens_q;
+  p.total_q = 100;
+  p.total_k = 100;
+  expect_error(p, Status::kUnsupported, "cu_seqlens_q: varlen is not supported with dtype e4m3 (FP8)");
+}
+
+TEST(ValidateFp8, StridesInBytes) {
+  ForwardParams p = valid_fp8_params();
+  p.k.stride[1] = 8;  // 8 bytes: not a TMA multiple of 16
+  expect_error(p, Status::kInvalidArgument,
+               "k: seqlen stride must be a multiple of 16 elements (16 bytes, needed by TMA); got 8");
+  p = valid_fp8_params();
+  p.out.stride[1] = 8;  // out is bf16: 8 elements are 16 bytes
+  expect_ok(p);
+}
+
+TEST(ValidateFp8, NotBuilt) {
+  BuildConfig none;
+  expect_error(valid_fp8_params(), Status::kUnsupported,
+               "dtype: e4m3 is not built into this library; rebuild with FLASH3_FP8=ON", none);
+  BuildConfig only_64;
+  only_64.add(DType::kFloat8E4M3, 64);
+  only_64.add(DType::kBFloat16, 128);
+  expect_error(valid_fp8_params(128), Status::kUnsupported,
+               "no kernel built for dtype e4m3 with head_dim 128", only_64);
+}
+
+QuantizeFp8Params valid_quantize_params() {
+  const ForwardParams f = valid_params();
+  QuantizeFp8Params p;
+  p.q = f.q;
+  p.k = f.k;
+  p.v = f.v;
+  p.dtype = DType::kBFloat16;
+  p.batch = f.batch;
+  p.seqlen_q = f.seqlen_q;
+  p.seqlen_k = f.seqlen_k;
+  p.heads_q = f.heads_q;
+  p.heads_kv = f.heads_kv;
+  p.head_dim = f.head_dim;
+  const ForwardParams g = valid_fp8_params();
+  p.q_out = g.q;
+  p.k_out = g.k;
+  p.vt_out = g.v;
+  p.q_scale = reinterpret_cast<float*>(uintptr_t{0xc00000});
+  p.k_scale = reinterpret_cast<float*>(uintptr_t{0xc10000});
+  p.v_scale = reinterpret_cast<float*>(uintptr_t{0xc20000});
+  return p;
+}
+
+TEST(ValidateQuantizeFp8, Rules) {
+  EXPECT_TRUE(validate_quantize_fp8(valid_quantize_params()).ok());
+  QuantizeFp8Params p = valid_quantize_params();
+  p.scaling = static_cast<Fp8Scaling>(3);
+  CheckResult r = validate_quantize_fp8(p);
+  EXPECT_EQ(r.message, "scaling: expected per-block (0) or per-tensor (1); got 3");
+  p = valid_quantize_params();
+  p.k_scale = nullptr;
+  r = validate_quantize_fp8(p);
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(r.message, "k_scale: expected fp32 device memory for the scales; got NULL");
+  p = valid_quantize_params();
+  p.head_dim = 96;
+  r = validate_quantize_fp8(p);
+  EXPECT_EQ(r.status, Status::kUnsupported);
+  EXPECT_EQ(r.message, "head_dim: supported head dims are 64, 128, 256; got 96");
+  p = valid_quantize_params();
+  p.vt_out.data = nullptr;
+  r = validate_quantize_fp8(p);
+  EXPECT_EQ(r.message, "vt_out: expected a non-null data pointer; got NULL");
+  // e4m3 input: v only, so q, k and the scales may be absent.
+  p = valid_quantize_params();
+  p.dtype = DType::kFloat8E4M3;
+  p.q = p.k = p.q_out = p.k_out = Tensor4d{};
+  p.q_scale = p.k_scale = p.v_scale = nullptr;
+  p.v = valid_fp8_params().k;
+  EXPECT_TRUE(validate_quantize_fp8(p).ok()) << validate_quantize_fp8(p).message;
+}
+
+TEST(FP8Layout, KeyPositionIsAPermutationOfEach16) {
+  // 0 1 8 9 2 3 10 11 4 5 12 13 6 7 14 15 along the positions.
+  const int order[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
+  for (int p = 0; p < 16; ++p) EXPECT_EQ(fp8_vt_key_position(order[p]), p);
+  EXPECT_EQ(fp8_vt_key_position(16 + 8), 16 + 2);
+  EXPECT_EQ(fp8_vt_keys(1), 128);
+  EXPECT_EQ(fp8_vt_keys(128), 128);
+  EXPECT_EQ(fp8_vt_keys(129), 256);
 }
 
 TEST(BuildConfig, Lists) {

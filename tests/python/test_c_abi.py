@@ -61,12 +61,12 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 5
+    assert _lib.abi_version() == _lib.ABI_VERSION == 6
 
 
 def test_build_info_lists_configurations():
     info = _lib.build_info()
-    assert re.search(r"dtypes=(bf16|fp16)(,(bf16|fp16))*\b", info), info
+    assert re.search(r"dtypes=(bf16|fp16)(,(bf16|fp16|e4m3))*\b", info), info
     assert re.search(r"head_dims=\d+(,\d+)*\b", info), info
     assert "arch=sm_90a" in info, info
 
@@ -75,11 +75,12 @@ def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
     # each version's fields start where the previous version's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
-    assert ctypes.sizeof(_lib.FwdParams) == 280
+    assert ctypes.sizeof(_lib.FwdParams) == 376
     assert ctypes.sizeof(_lib.BwdParams) == 464
     assert _lib.BwdParams.cu_seqlens_q.offset == 424
     assert _lib.FwdParams.sinks.offset == 232
     assert _lib.FwdParams.cu_seqlens_q.offset == 240
+    assert _lib.FwdParams.q_scale.offset == 280
     assert _lib.BwdParams.sinks.offset == 408
     assert _lib.FwdParams.lse.offset == 168
     assert _lib.FwdParams.causal.offset == 208
