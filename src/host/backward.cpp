@@ -51,6 +51,8 @@ std::optional<cudaError_t> dispatch(const BackwardParams& p, const kernels::BwdW
         default: break;
       }
       break;
+    case DType::kFloat8E4M3:  // forward only: validation refuses it
+      break;
   }
   return std::nullopt;
 }

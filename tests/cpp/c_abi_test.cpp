@@ -241,7 +241,7 @@ TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_EQ(flash3_abi_version(), 6);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
-                               std::regex("dtypes=(bf16|fp16)(,(bf16|fp16))* "
+                               std::regex("dtypes=(bf16|fp16)(,(bf16|fp16|e4m3))* "
                                           "head_dims=(64|128|256)(,(64|128|256))* arch=sm_90a")))
       << flash3_build_info();
 }

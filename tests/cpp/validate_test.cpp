@@ -18,6 +18,7 @@ BuildConfig all_built() {
   BuildConfig c;
   for (DType d : kKnownDTypes)
     for (int h : kSupportedHeadDims) c.add(d, h);
+  for (int h : kSupportedHeadDims) c.add(DType::kFloat8E4M3, h);
   return c;
 }
 
