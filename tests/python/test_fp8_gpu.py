@@ -47,14 +47,11 @@ def hadamard(d, device):
     return h
 
 
-def key_order(seqlen_keys, device):
-    """position -> key of V^T's permuted key axis (flash3.hpp fp8_vt_key_position)."""
+def key_positions(seqlen_keys, device):
+    """key -> its place on V^T's permuted key axis (flash3.hpp fp8_vt_key_position)."""
     keys = torch.arange(seqlen_keys, device=device)
     k = keys % 16
-    position = keys - k + 4 * ((k % 8) // 2) + k % 2 + 2 * (k // 8)
-    order = torch.empty_like(keys)
-    order[position] = keys
-    return order
+    return keys - k + 4 * ((k % 8) // 2) + k % 2 + 2 * (k // 8)
 
 
 def block_scale(scale, rows):
@@ -67,7 +64,7 @@ def dequantize(inputs, seqlen_k):
     q = inputs.q.float() * block_scale(inputs.q_scale, inputs.q.shape[1])
     k = inputs.k.float() * block_scale(inputs.k_scale, seqlen_k)
     keys = inputs.vt.shape[3]
-    vt = inputs.vt.float()[..., key_order(keys, inputs.vt.device)]  # (b, hk, d, keys in order)
+    vt = inputs.vt.float()[..., key_positions(keys, inputs.vt.device)]  # (b, hk, d, keys in order)
     v = vt.permute(0, 3, 1, 2)[:, :seqlen_k] * block_scale(inputs.v_scale, seqlen_k)
     return q, k, v
 
