@@ -93,13 +93,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       clear(acc_o);
       constexpr int kRows = decltype(size<0>(acc_rowcol_layout(acc_o.layout())))::value;
       OnlineSoftmax<kRows, Traits::kSoftmaxMaxOffset> softmax;
-      float o_units = 1.f;  // FP8: O's V-block scale (FwdMainloop::compute)
+      float o_units = 1.f;  // what acc_o is in units of (FwdMainloop::compute)
       if (n_block_begin < n_block_end) {
-        Mainloop::compute(params, smem, tile, n_block_begin, n_block_end, thread, q_loads & 1,
-                          pipeline_k, pipeline_v, read_k, read_v, acc_o, softmax);
+        o_units = Mainloop::compute(params, smem, tile, n_block_begin, n_block_end, thread,
+                                    q_loads & 1, pipeline_k, pipeline_v, read_k, read_v, acc_o,
+                                    softmax);
         ++q_loads;
-        if constexpr (Traits::kFp8)
-          o_units = params.v_scale(tile.batch, tile.head / params.heads_per_kv_head, n_block_begin);
       }
       FwdEpilogue<Traits>::store(params, tile, thread, acc_o, softmax, o_units);
     }

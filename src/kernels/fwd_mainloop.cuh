@@ -143,8 +143,8 @@ struct FwdMainloop {
   }
 
   // Run by all consumer threads; `thread` is the index among them. Leaves the
-  // unnormalized O in `acc_o` (FP8: in units of V block n_block_begin's
-  // scale) and the running statistics in `softmax`.
+  // unnormalized O in `acc_o` and the running statistics in `softmax`, and
+  // returns the units O is in (FP8: V block n_block_begin's scale; else 1).
   //
   // Intra-warpgroup overlap (FA3 paper, section 3.2): the WGMMAs of the next
   // S = Q K^T and of the current O += P V are in flight together while the
@@ -152,7 +152,7 @@ struct FwdMainloop {
   // (off: measured slower) the two consumer warpgroups take turns issuing
   // (PingPongScheduler). Both are traits switches so the ablation can build them.
   template <class Pipeline, class PipelineState, class FragO, class Softmax>
-  CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, FwdTile tile,
+  CUTE_DEVICE static float compute(Params const& p, SharedStorage& smem, FwdTile tile,
                                   int n_block_begin, int n_block_end, int thread,
                                   int q_phase, Pipeline& pipeline_k,
                                   Pipeline& pipeline_v, PipelineState& read_k,
@@ -301,6 +301,7 @@ struct FwdMainloop {
       }
       q_done();
     }
+    return v_scale(n_block_begin);
   }
 };
 
