@@ -144,8 +144,12 @@ def test_fp8_forward_matches_dequantized_reference(seed, head_dim, causal, shape
     assert_rule("out", out.float(), ref_out, plain.float(), seed)
     visible = ~torch.isneginf(ref_lse)
     assert torch.isneginf(lse[~visible]).all(), _where(seed)
-    err = (lse[visible] - ref_lse[visible]).abs().max().item() if visible.any() else 0.0
-    assert err < 1e-3, f"lse: max error {err:.3e} {_where(seed)}"
+    # The LSE by the DESIGN.md rule, against the plain 16-bit program on the
+    # same dequantized inputs. (An ad-hoc 1e-3 bound failed at 1.0-1.2e-3:
+    # FP8 WGMMA accumulates q.k with fewer bits than fp32.)
+    _, lowp_lse = attention_ref(dq.bfloat16(), dk.bfloat16(), dv.bfloat16(), causal=causal,
+                                upcast=False)
+    assert_rule("lse", lse[visible], ref_lse[visible], lowp_lse[visible], seed)
 
 
 @pytest.mark.parametrize("head_dim", (64, 128))
