@@ -10,10 +10,14 @@ with optional per-(batch, kv head) descales.
 The FP8 kernel reads V transposed (FP8 WGMMA needs K-major operands) with
 the keys of every 16 in the order its P registers have (flash3.hpp:
 fp8_vt_key_position), so quantize_fp8 writes `vt`, not v. Forward only.
+
+The steps are torch custom ops (`flash3::quantize_fp8`, `flash3::fp8_vt`,
+`flash3::fwd_fp8`) with fake registrations, so torch.compile traces all of
+this module with fullgraph=True and CUDA graphs capture it.
 """
 
 import ctypes
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -71,17 +75,18 @@ def _vt_tensor(vt):
     return _lib.Tensor(vt.data_ptr(), (vt.stride(0), vt.stride(2), vt.stride(1), 1))
 
 
-def _check_4d(name, t):
+def _check_4d(name, t, need_cuda):
+    """need_cuda is False in the fakes (meta / fake tensors while tracing)."""
     if not isinstance(t, torch.Tensor) or t.dim() != 4:
         shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise _invalid(f"{name}: must be a 4-d tensor (batch, seqlen, heads, headdim); got {shape}")
-    if t.device.type != "cuda":
+    if need_cuda and t.device.type != "cuda":
         raise _invalid(f"{name}: must be a CUDA tensor; got device {t.device}")
 
 
-def _check_qkv(q, k, v, dtypes):
+def _check_qkv(q, k, v, dtypes, need_cuda):
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_4d(name, t)
+        _check_4d(name, t, need_cuda)
         if t.dtype not in dtypes:
             raise _invalid(f"{name}: dtype must be one of {sorted(map(str, dtypes))}; got {t.dtype}")
         if t.dtype != q.dtype:
@@ -114,32 +119,83 @@ def _empty_vt(v):
     return v.new_zeros((batch, heads_kv, head_dim, _blocks(seqlen_k) * SCALE_BLOCK), dtype=_E4M3)
 
 
+def _empty_outputs(q, k, v):
+    """Fp8Inputs to be written by the quantize kernel for these q, k, v."""
+    batch, seqlen_q, heads_q, _ = q.shape
+    _, seqlen_k, heads_kv, _ = k.shape
+    f32, device = torch.float32, q.device
+    return Fp8Inputs(
+        q=torch.empty(q.shape, dtype=_E4M3, device=device),
+        k=torch.empty(k.shape, dtype=_E4M3, device=device),
+        vt=_empty_vt(v),
+        q_scale=torch.empty((batch, heads_q, _blocks(seqlen_q)), dtype=f32, device=device),
+        k_scale=torch.empty((batch, heads_kv, _blocks(seqlen_k)), dtype=f32, device=device),
+        v_scale=torch.empty((batch, heads_kv, _blocks(seqlen_k)), dtype=f32, device=device))
+
+
+def _check_quantize(q, k, v, scaling, need_cuda):
+    _check_qkv(q, k, v, _INPUT_DTYPES, need_cuda)
+    if scaling not in _SCALING:
+        raise _invalid(f"scaling: expected 'block' or 'tensor'; got {scaling!r}")
+
+
+_Tensors6 = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                  torch.Tensor]
+
+
+@torch.library.custom_op("flash3::quantize_fp8", mutates_args=())
+def _quantize_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: str,
+                 hadamard: bool) -> _Tensors6:
+    """quantize_fp8 as an op: the six fields of Fp8Inputs."""
+    _check_quantize(q, k, v, scaling, need_cuda=True)
+    outputs = _empty_outputs(q, k, v)
+    signs = hadamard_signs(q.shape[3], q.device) if hadamard else None
+    _run_quantize(q, k, v, _INPUT_DTYPES[q.dtype], _SCALING[scaling], signs, outputs)
+    return tuple(outputs)
+
+
+@_quantize_op.register_fake
+def _quantize_fake(q, k, v, scaling, hadamard):
+    _check_quantize(q, k, v, scaling, need_cuda=False)
+    return tuple(_empty_outputs(q, k, v))
+
+
 def quantize_fp8(q, k, v, scaling="block", hadamard=True):
     """bf16 / fp16 q, k, v -> Fp8Inputs. scaling: "block" (one scale per
     128 rows of one head) or "tensor" (one per tensor). hadamard: rotate q
     and k by diag(signs) H / sqrt(head_dim) first, which leaves q k^T
     unchanged and spreads outliers over all dims."""
-    _check_qkv(q, k, v, _INPUT_DTYPES)
-    if scaling not in _SCALING:
-        raise _invalid(f"scaling: expected 'block' or 'tensor'; got {scaling!r}")
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    _, seqlen_k, heads_kv, _ = k.shape
-    f32 = torch.float32
-    outputs = Fp8Inputs(
-        q=torch.empty(q.shape, dtype=_E4M3, device=q.device),
-        k=torch.empty(k.shape, dtype=_E4M3, device=q.device),
-        vt=_empty_vt(v),
-        q_scale=torch.empty((batch, heads_q, _blocks(seqlen_q)), dtype=f32, device=q.device),
-        k_scale=torch.empty((batch, heads_kv, _blocks(seqlen_k)), dtype=f32, device=q.device),
-        v_scale=torch.empty((batch, heads_kv, _blocks(seqlen_k)), dtype=f32, device=q.device))
-    signs = hadamard_signs(head_dim, q.device) if hadamard else None
-    _run_quantize(q, k, v, _INPUT_DTYPES[q.dtype], _SCALING[scaling], signs, outputs)
-    return outputs
+    return Fp8Inputs(*_quantize_op(q, k, v, scaling, bool(hadamard)))
 
 
-def _scale_view(name, scale, batch, heads, blocks):
+def _check_e4m3_v(v, need_cuda):
+    _check_4d("v", v, need_cuda)
+    if v.dtype != _E4M3:
+        raise _invalid(f"v: dtype must be torch.float8_e4m3fn; got {v.dtype}")
+
+
+@torch.library.custom_op("flash3::fp8_vt", mutates_args=())
+def _vt_op(v: torch.Tensor) -> torch.Tensor:
+    """e4m3 v (b, sk, hkv, d) -> the kernel's V^T (quantize_fp8's vt, unscaled)."""
+    _check_e4m3_v(v, need_cuda=True)
+    vt = _empty_vt(v)
+    # The kernel only transposes an e4m3 v: q, k and the scales are not read.
+    placeholder = torch.empty((1,), dtype=torch.float32, device=v.device)
+    _run_quantize(v, v, v, _lib.DType.FLOAT8_E4M3, 0, None,
+                  Fp8Inputs(v, v, vt, placeholder, placeholder, placeholder))
+    return vt
+
+
+@_vt_op.register_fake
+def _vt_fake(v):
+    _check_e4m3_v(v, need_cuda=False)
+    return _empty_vt(v)
+
+
+def _scale_view(name, scale, batch, heads, blocks, need_cuda):
     """A (..., ..., ...) fp32 scale tensor broadcast to (batch, heads, blocks)."""
-    if scale.dtype != torch.float32 or scale.device.type != "cuda" or scale.dim() != 3:
+    if (scale.dtype != torch.float32 or (need_cuda and scale.device.type != "cuda")
+            or scale.dim() != 3):
         raise _invalid(f"{name}: expected a 3-d float32 CUDA tensor; got {scale.dtype} "
                        f"{tuple(scale.shape)} on {scale.device}")
     try:
@@ -149,37 +205,10 @@ def _scale_view(name, scale, batch, heads, blocks):
                        f"(batch, heads, blocks) = {(batch, heads, blocks)}") from None
 
 
-def _launch_fp8(inputs, out, lse, softmax_scale, causal, window_left, window_right, sinks, seqlen_k):
-    q, k = inputs.q, inputs.k
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    heads_kv = k.shape[2]
-    scales = []
-    for name, scale, heads, rows in (("q_scale", inputs.q_scale, heads_q, seqlen_q),
-                                     ("k_scale", inputs.k_scale, heads_kv, seqlen_k),
-                                     ("v_scale", inputs.v_scale, heads_kv, seqlen_k)):
-        view = _scale_view(name, scale, batch, heads, _blocks(rows))
-        scales.append(_lib.Fp8Scale(view.data_ptr(), view.stride()))
-    params = _lib.FwdParams(
-        q=_tensor(q), k=_tensor(k), v=_vt_tensor(inputs.vt), out=_tensor(out),
-        lse=None if lse is None else ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)),
-        dtype=_lib.DType.FLOAT8_E4M3,
-        batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_heads_q=heads_q,
-        num_heads_kv=heads_kv, head_dim=head_dim, softmax_scale=_abi_scale(softmax_scale),
-        causal=1 if causal else 0, window_left=window_left, window_right=window_right,
-        sinks=0 if sinks is None else sinks.data_ptr(),
-        q_scale=scales[0], k_scale=scales[1], v_scale=scales[2])
-    with torch.cuda.device(q.device):
-        _lib.fwd(params, _raw_stream(q.get_device()))
-
-
-def fp8_forward(inputs, softmax_scale=None, causal=False, window_size=(-1, -1), sinks=None,
-                return_lse=False):
-    """The FP8 forward on quantize_fp8's output. Returns out (b, sq, hq, d)
-    bf16, or (out, lse) with lse (b, hq, sq) fp32. Same masks, GQA and sinks
-    as flash_attn_func; no softcap."""
-    q, k, vt = inputs.q, inputs.k, inputs.vt
+def _check_fwd_fp8(q, k, vt, q_scale, k_scale, v_scale, sinks, need_cuda):
+    """What the C ABI cannot see; returns the scales as (batch, heads, blocks) views."""
     for name, t in (("q", q), ("k", k)):
-        _check_4d(name, t)
+        _check_4d(name, t, need_cuda)
         if t.dtype != _E4M3:
             raise _invalid(f"{name}: dtype must be torch.float8_e4m3fn; got {t.dtype}")
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -188,13 +217,68 @@ def fp8_forward(inputs, softmax_scale=None, causal=False, window_size=(-1, -1), 
     if vt.dtype != _E4M3 or tuple(vt.shape) != expected_vt or vt.stride(3) != 1:
         raise _invalid(f"vt: expected float8_e4m3fn V^T of shape {expected_vt} with contiguous "
                        f"keys (quantize_fp8's vt); got {vt.dtype} {tuple(vt.shape)}")
-    window_left, window_right = _abi_window(window_size)
-    sinks = _sinks_as_fp32(sinks)
     _check_sinks(sinks, q)
+    return [_scale_view(name, scale, batch, heads, _blocks(rows), need_cuda)
+            for name, scale, heads, rows in (("q_scale", q_scale, heads_q, seqlen_q),
+                                             ("k_scale", k_scale, heads_kv, seqlen_k),
+                                             ("v_scale", v_scale, heads_kv, seqlen_k))]
+
+
+def _empty_fwd_outputs(q, want_lse):
+    batch, seqlen_q, heads_q, _ = q.shape
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device) \
-        if return_lse else None
-    _launch_fp8(inputs, out, lse, softmax_scale, causal, window_left, window_right, sinks, seqlen_k)
+    lse_shape = (batch, heads_q, seqlen_q) if want_lse else (0,)
+    return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+def _scale_field(view):
+    return view.data_ptr(), view.stride()
+
+
+@torch.library.custom_op("flash3::fwd_fp8", mutates_args=())
+def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_scale: torch.Tensor,
+                k_scale: torch.Tensor, v_scale: torch.Tensor, softmax_scale: Optional[float],
+                causal: bool, window_left: int, window_right: int,
+                sinks: Optional[torch.Tensor], want_lse: bool
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The FP8 forward: (out bf16, lse fp32 (b, hq, sq), or (0,) unless want_lse)."""
+    scales = _check_fwd_fp8(q, k, vt, q_scale, k_scale, v_scale, sinks, need_cuda=True)
+    out, lse = _empty_fwd_outputs(q, want_lse)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    _, seqlen_k, heads_kv, _ = k.shape
+    params = _lib.FwdParams(
+        q=_tensor(q), k=_tensor(k), v=_vt_tensor(vt), out=_tensor(out),
+        lse=ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)) if want_lse else None,
+        dtype=_lib.DType.FLOAT8_E4M3,
+        batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_heads_q=heads_q,
+        num_heads_kv=heads_kv, head_dim=head_dim, softmax_scale=_abi_scale(softmax_scale),
+        causal=1 if causal else 0, window_left=window_left, window_right=window_right,
+        sinks=0 if sinks is None else sinks.data_ptr(),
+        q_scale=_lib.Fp8Scale(*_scale_field(scales[0])),
+        k_scale=_lib.Fp8Scale(*_scale_field(scales[1])),
+        v_scale=_lib.Fp8Scale(*_scale_field(scales[2])))
+    with torch.cuda.device(q.device):
+        _lib.fwd(params, _raw_stream(q.get_device()))
+    return out, lse
+
+
+@_fwd_fp8_op.register_fake
+def _fwd_fp8_fake(q, k, vt, q_scale, k_scale, v_scale, softmax_scale, causal, window_left,
+                  window_right, sinks, want_lse):
+    _check_fwd_fp8(q, k, vt, q_scale, k_scale, v_scale, sinks, need_cuda=False)
+    _abi_scale(softmax_scale)
+    return _empty_fwd_outputs(q, want_lse)
+
+
+def fp8_forward(inputs, softmax_scale=None, causal=False, window_size=(-1, -1), sinks=None,
+                return_lse=False):
+    """The FP8 forward on quantize_fp8's output. Returns out (b, sq, hq, d)
+    bf16, or (out, lse) with lse (b, hq, sq) fp32. Same masks, GQA and sinks
+    as flash_attn_func; no softcap."""
+    window_left, window_right = _abi_window(window_size)
+    out, lse = _fwd_fp8_op(inputs.q, inputs.k, inputs.vt, inputs.q_scale, inputs.k_scale,
+                           inputs.v_scale, softmax_scale, bool(causal), window_left,
+                           window_right, _sinks_as_fp32(sinks), bool(return_lse))
     return (out, lse) if return_lse else out
 
 
@@ -231,17 +315,13 @@ def flash_attn_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None, soft
     """FA3's FP8 call: e4m3 q, k, v in the usual layout with optional
     (batch, num_heads_k) fp32 descales. v is transposed into the kernel's
     V^T first (one memory-bound pass over v). Returns bf16 out (and lse)."""
-    _check_qkv(q, k, v, {_E4M3})
+    _check_qkv(q, k, v, {_E4M3}, need_cuda=False)  # the ops check the device
     batch, _, heads_q, _ = q.shape
     heads_kv = k.shape[2]
     if heads_q % heads_kv != 0:
         raise _invalid(f"num_heads_q ({heads_q}) must be divisible by num_heads_kv ({heads_kv})")
-    placeholder = torch.empty((1,), dtype=torch.float32, device=q.device)
-    vt = _empty_vt(v)
-    staged = Fp8Inputs(q, k, vt, placeholder, placeholder, placeholder)
-    _run_quantize(q, k, v, _lib.DType.FLOAT8_E4M3, 0, None, staged)
     group = heads_q // heads_kv
-    inputs = Fp8Inputs(q, k, vt,
+    inputs = Fp8Inputs(q, k, _vt_op(v),
                        _fa3_descale("q_descale", q_descale, batch, heads_kv, group, q.device),
                        _fa3_descale("k_descale", k_descale, batch, heads_kv, 1, q.device),
                        _fa3_descale("v_descale", v_descale, batch, heads_kv, 1, q.device))

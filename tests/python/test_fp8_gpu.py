@@ -238,3 +238,35 @@ def test_fp8_bad_input_names_the_argument():
         fp8.fp8_forward(inputs._replace(vt=inputs.vt[..., :64]))
     with pytest.raises(flash3.Flash3InvalidArgument, match="q_descale"):
         fa3_func(q.to(E4M3), q.to(E4M3), q.to(E4M3), q_descale=torch.ones(3, 3, device="cuda"))
+
+
+def test_torch_compile_and_cuda_graph_equal_eager():
+    # The quantize and forward steps are custom ops: torch.compile traces
+    # fp8_attention and the FA3 path whole, and a CUDA graph replays them.
+    # Both run the same kernels on the same inputs, so results are bitwise equal.
+    require_fp8(128)
+    q = torch.randn(2, 300, 8, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 333, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    descale = torch.rand(2, 2, device="cuda") + 0.5
+
+    def attend(q, k, v):
+        return fp8.fp8_attention(q, k, v, causal=True, return_lse=True)
+
+    def attend_fa3(q, k, v, descale):
+        return fa3_func(q.to(E4M3), k.to(E4M3), v.to(E4M3), k_descale=descale,
+                        v_descale=descale, causal=True, return_lse=True)
+
+    eager = attend(q, k, v), attend_fa3(q, k, v, descale)
+    compiled = (torch.compile(attend, fullgraph=True)(q, k, v),
+                torch.compile(attend_fa3, fullgraph=True)(q, k, v, descale))
+    for (out, lse), (out_c, lse_c) in zip(eager, compiled):
+        assert torch.equal(out, out_c) and torch.equal(lse, lse_c)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = attend(q, k, v)
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    expected = attend(q, k, v)
+    assert torch.equal(captured[0], expected[0]) and torch.equal(captured[1], expected[1])
