@@ -4,7 +4,7 @@
 # build/ carried from the CPU machine; logs and results go to $OUT.
 # A hung kernel (a barrier bug) would otherwise eat the whole device budget:
 # every step has a timeout.
-# Usage: bash tools/device_run.sh [pytest|fp8|sanitize|overhead|bench|bench_fp8|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|varlen|ablation]...
+# Usage: bash tools/device_run.sh [pytest|fp8|sanitize|overhead|bench|bench_fp8|bench_decode|bench_bwd|bench_bwd_sinks|bench_bwd_det|window|varlen|ablation]...
 #        (default: pytest sanitize bench bench_bwd)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,8 @@ for step in $steps; do
         tee "$out/bench.log" ;;
     fp8)  # the FP8 GPU tests alone
       timeout 300 python3 -m pytest tests/python/test_fp8_gpu.py -q -x -rs 2>&1 | tee "$out/fp8.log" ;;
+    bench_decode)
+      timeout 400 python3 -m flash3.bench_decode --json "$out/bench_decode.json" 2>&1 | tee "$out/bench_decode.log" ;;
     bench_fp8)
       timeout 300 python3 -m flash3.bench_fp8 --json "$out/bench_fp8.json" 2>&1 | tee "$out/bench_fp8.log" ;;
     bench_bwd)

@@ -78,7 +78,29 @@ def fp8_cases():
         print(f"ok fp8 b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} causal={causal} window={window}")
 
 
+def kvcache_cases():
+    # Odd lengths, a batch index past the batch, left padding, a paged cache
+    # whose pages straddle key blocks (48 rows), and split-KV with an empty split.
+    for d in (64, 128, 256):
+        k_cache = torch.randn(4, 301, 2, d, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(3, 5, 4, d, device="cuda", dtype=torch.bfloat16)
+        seqlens = torch.tensor([301, 0, 77], dtype=torch.int32, device="cuda")
+        leftpad = torch.tensor([0, 0, 70], dtype=torch.int32, device="cuda")
+        batch_idx = torch.tensor([3, 0, 1], dtype=torch.int32, device="cuda")
+        for splits in (1, 3):
+            flash3.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=seqlens,
+                                           cache_leftpad=leftpad, cache_batch_idx=batch_idx,
+                                           causal=True, num_splits=splits)
+        pages = torch.randn(20, 48, 2, d, device="cuda", dtype=torch.bfloat16)
+        table = torch.randperm(20, device="cuda")[:18].view(3, 6).to(torch.int32)
+        flash3.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, page_table=table,
+                                       num_splits=3)
+        torch.cuda.synchronize()
+        print(f"ok kvcache d={d}")
+
+
 def main():
+    kvcache_cases()
     fp8_cases()
     for dtype in (torch.bfloat16, torch.float16):
         for b, sq, sk, hq, hkv, d, causal, window, softcap, with_sinks in CASES:

@@ -32,8 +32,11 @@ extern "C" {
  *     total_q/k) in flash3_fwd_params.
  * v5: varlen in flash3_bwd_params.
  * v6: FP8: FLASH3_DTYPE_FLOAT8_E4M3, q/k/v_scale in flash3_fwd_params,
- *     flash3_quantize_fp8. */
-#define FLASH3_ABI_VERSION 6
+ *     flash3_quantize_fp8.
+ * v7: KV cache (kv_batch_idx, leftpad_k, page_table, ...) and split-KV
+ *     (num_splits, workspace) in flash3_fwd_params, flash3_fwd_workspace_size,
+ *     flash3_combine, FLASH3_DTYPE_FLOAT32 (combine's output only). */
+#define FLASH3_ABI_VERSION 7
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -46,7 +49,8 @@ typedef enum flash3_status {
 typedef enum flash3_dtype {
   FLASH3_DTYPE_FLOAT16 = 0,
   FLASH3_DTYPE_BFLOAT16 = 1,
-  FLASH3_DTYPE_FLOAT8_E4M3 = 2 /* forward only: see flash3_fwd_params v6 */
+  FLASH3_DTYPE_FLOAT8_E4M3 = 2, /* forward only: see flash3_fwd_params v6 */
+  FLASH3_DTYPE_FLOAT32 = 3       /* flash3_combine's output only */
 } flash3_dtype;
 
 /* Rows (queries or keys) per FP8 block scale. */
@@ -119,6 +123,27 @@ typedef struct flash3_fwd_params {
   flash3_fp8_scale q_scale;
   flash3_fp8_scale k_scale;
   flash3_fp8_scale v_scale;
+  /* v7. KV cache (16-bit dtypes, fixed-length q; flash3::ForwardParams in
+   * flash3.hpp says it in full): k and v hold cache_batch entries (0:
+   * batch) of seqlen_k keys; batch entry b reads entry kv_batch_idx[b] (or
+   * b), keys [leftpad_k[b], seqused_k[b]) (or [0, seqlen_k)), all optional
+   * (batch) int32 device arrays; masks align to the end of that range.
+   * Paged (page_table, (batch, page_table_stride) int32): k and v are
+   * cache_batch pages of page_size rows (a multiple of 16); key j of batch
+   * entry b is row j % page_size of page page_table[b * page_table_stride +
+   * j / page_size]. Split-KV: num_splits key ranges per query block merged
+   * by flash3_combine's kernel (0: chosen, limited to what workspace_bytes
+   * holds; 1: none), workspace of flash3_fwd_workspace_size() bytes. */
+  const int32_t* kv_batch_idx;
+  const int32_t* leftpad_k;
+  const int32_t* page_table;
+  int64_t page_table_stride;
+  int32_t page_size;
+  int32_t cache_batch;
+  int32_t num_splits;
+  int32_t v7_padding;   /* ignored: keeps workspace 8-byte aligned */
+  void* workspace;
+  uint64_t workspace_bytes;
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */
@@ -127,6 +152,37 @@ FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params);
 /* Attention forward on `stream` (a cudaStream_t; NULL is the legacy default
  * stream). Asynchronous: no host synchronization, no allocation. */
 FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream);
+
+/* v7. Bytes of device workspace flash3_fwd needs for its split count (the
+ * chosen one for num_splits 0); 0 when it makes no split. */
+FLASH3_API flash3_status flash3_fwd_workspace_size(const flash3_fwd_params* params, uint64_t* bytes);
+
+/* v7. Merges split-KV partial results: out = sum_s exp(lse_s - lse) out_s,
+ * lse = log(sum_s exp(lse_s) (+ exp(sink))); rows whose splits saw no key
+ * give 0 and -inf (the sink with sinks). out_partial (num_splits, batch,
+ * seqlen, num_heads, head_dim) and lse_partial (num_splits, batch, seqlen,
+ * num_heads) fp32 with strides in elements (head_dim's 1); out (batch,
+ * seqlen, num_heads, head_dim) of out_dtype (fp16, bf16 or fp32); lse
+ * optional, (batch, num_heads, seqlen) fp32 contiguous; head_dim <= 256. */
+typedef struct flash3_combine_params {
+  uint64_t struct_size;
+  const float* out_partial;
+  int64_t out_partial_stride[5];
+  const float* lse_partial;
+  int64_t lse_partial_stride[4];
+  flash3_tensor out;
+  int32_t out_dtype;
+  int32_t num_splits;
+  float* lse;
+  const float* sinks;   /* optional (num_heads) fp32 */
+  int32_t batch;
+  int32_t seqlen;
+  int32_t num_heads;
+  int32_t head_dim;
+} flash3_combine_params;
+
+FLASH3_API void flash3_combine_params_init(flash3_combine_params* params);
+FLASH3_API flash3_status flash3_combine(const flash3_combine_params* params, void* stream);
 
 typedef struct flash3_bwd_params {
   uint64_t struct_size;     /* sizeof(flash3_bwd_params) as the caller compiled it */

@@ -17,7 +17,8 @@ enum class Status : int {
 };
 
 // kFloat8E4M3: forward only (FP8 attention, see ForwardParams and quantize_fp8).
-enum class DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8E4M3 = 2 };
+// kFloat32: only as combine()'s output.
+enum class DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8E4M3 = 2, kFloat32 = 3 };
 
 // (batch, seqlen, heads, headdim) view of device memory; strides in elements.
 struct Tensor4d {
@@ -101,6 +102,36 @@ struct ForwardParams {
   Fp8Scale q_scale;
   Fp8Scale k_scale;
   Fp8Scale v_scale;
+  // KV cache (inference; 16-bit dtypes, fixed-length q). k and v are a cache
+  // of cache_batch entries (cache_batch, seqlen_k, heads_kv, head_dim);
+  // seqlen_k is its capacity. Batch entry b reads entry kv_batch_idx[b]
+  // (default b), keys [leftpad_k[b], seqused_k[b]) (defaults 0 and
+  // seqlen_k; seqused_k is the cache_seqlens of FA's API); causal masks and
+  // windows align to the end of that range. All three are optional (batch)
+  // int32 device arrays; 0 for cache_batch means batch. Cache rows past
+  // seqused_k in the last key block read are loaded (and masked out of the
+  // softmax), so they must hold finite values.
+  // Paged (page_table set): k and v are cache_batch pages (cache_batch,
+  // page_size, heads_kv, head_dim); key j of batch entry b is row j %
+  // page_size of page page_table[b * page_table_stride + j / page_size]
+  // ((batch, >= ceil(seqlen_k / page_size)) int32). page_size must be a
+  // multiple of 16; no kv_batch_idx or leftpad_k with a page table. Entries
+  // outside [0, cache_batch) read zeros.
+  const int32_t* kv_batch_idx = nullptr;
+  const int32_t* leftpad_k = nullptr;
+  int cache_batch = 0;
+  const int32_t* page_table = nullptr;
+  int64_t page_table_stride = 0;
+  int page_size = 0;
+  // Split-KV (flash-decoding): the keys of each query block are split into
+  // num_splits ranges run by different CTAs, whose partial results are
+  // merged by combine(); this fills the GPU when batch x heads x query
+  // blocks is small. 0 chooses the count (forward_workspace_size() tells the
+  // workspace it needs; with less workspace fewer splits are chosen, with
+  // none no split); 1 is no split. 16-bit dtypes, not with varlen.
+  int num_splits = 0;
+  void* workspace = nullptr;  // device memory of at least forward_workspace_size() bytes
+  size_t workspace_bytes = 0;
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message
@@ -108,6 +139,34 @@ struct ForwardParams {
 // writes out = 0 and lse = -inf (the sink's logit with sinks: rows that see no
 // key); with varlen, total_k == 0 does so for all total_q rows.
 Status forward(const ForwardParams& params, cudaStream_t stream);
+
+// Bytes of device workspace forward() needs for the split count it would
+// choose with unlimited workspace (num_splits 0) or was given; 0 when no
+// split is made or the params are invalid.
+size_t forward_workspace_size(const ForwardParams& params);
+
+// Merges split-KV partial results (flash-decoding) as forward() does inside:
+// out = sum_s exp(lse_s - lse) out_s with lse = log(sum_s exp(lse_s) (+
+// exp(sink))). Rows whose splits all saw no key (lse_s = -inf) give out = 0
+// and lse = -inf (the sink's logit with sinks).
+struct CombineParams {
+  const float* out_partial = nullptr;   // (num_splits, batch, seqlen, heads, head_dim) fp32
+  int64_t out_partial_stride[5] = {0, 0, 0, 0, 1};
+  const float* lse_partial = nullptr;   // (num_splits, batch, seqlen, heads) fp32, natural log
+  int64_t lse_partial_stride[4] = {0, 0, 0, 0};
+  Tensor4d out;                         // (batch, seqlen, heads, head_dim), dtype out_dtype
+  DType out_dtype = DType::kBFloat16;   // fp16, bf16 or fp32
+  float* lse = nullptr;                 // optional: (batch, heads, seqlen) fp32 contiguous
+  const float* sinks = nullptr;         // optional (heads) logits joining each row's denominator
+  int num_splits = 0;
+  int batch = 0;
+  int seqlen = 0;
+  int heads = 0;
+  int head_dim = 0;
+};
+
+// Asynchronous, no host synchronization, no allocation; same rules as forward().
+Status combine(const CombineParams& params, cudaStream_t stream);
 
 struct BackwardParams {
   Tensor4d q;     // (batch, seqlen_q, heads_q, head_dim), as given to forward

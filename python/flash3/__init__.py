@@ -23,6 +23,8 @@ _TORCH_ATTRIBUTES = {
     "quantize_fp8": "fp8",
     "fp8_forward": "fp8",
     "flash_attn_fp8": "fp8",
+    "flash_attn_with_kvcache": "kvcache",
+    "flash_attn_combine": "kvcache",
 }
 
 

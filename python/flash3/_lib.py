@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -34,6 +34,7 @@ class DType(enum.IntEnum):
     FLOAT16 = 0
     BFLOAT16 = 1
     FLOAT8_E4M3 = 2
+    FLOAT32 = 3  # flash3_combine's output only
 
 
 class Flash3Error(RuntimeError):
@@ -119,12 +120,46 @@ class FwdParams(ctypes.Structure):
         ("q_scale", Fp8Scale),
         ("k_scale", Fp8Scale),
         ("v_scale", Fp8Scale),
+        ("kv_batch_idx", ctypes.c_void_p),
+        ("leftpad_k", ctypes.c_void_p),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64),
+        ("page_size", ctypes.c_int32),
+        ("cache_batch", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("v7_padding", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_uint64),
     ]
 
     def __init__(self, **fields):
         # The C defaults (flash3_fwd_params_init): windows unbounded.
         fields = {"window_left": -1, "window_right": -1, **fields}
         super().__init__(struct_size=ctypes.sizeof(FwdParams), **fields)
+
+
+class CombineParams(ctypes.Structure):
+    """flash3_combine_params, field for field."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("out_partial", ctypes.c_void_p),
+        ("out_partial_stride", ctypes.c_int64 * 5),
+        ("lse_partial", ctypes.c_void_p),
+        ("lse_partial_stride", ctypes.c_int64 * 4),
+        ("out", Tensor),
+        ("out_dtype", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("lse", ctypes.c_void_p),
+        ("sinks", ctypes.c_void_p),
+        ("batch", ctypes.c_int32),
+        ("seqlen", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+    ]
+
+    def __init__(self, **fields):
+        super().__init__(struct_size=ctypes.sizeof(CombineParams), **fields)
 
 
 class BwdParams(ctypes.Structure):
@@ -258,6 +293,10 @@ def _declare(lib):
     lib.flash3_bwd.restype = ctypes.c_int
     lib.flash3_quantize_fp8.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.flash3_quantize_fp8.restype = ctypes.c_int
+    lib.flash3_fwd_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+    lib.flash3_fwd_workspace_size.restype = ctypes.c_int
+    lib.flash3_combine.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.flash3_combine.restype = ctypes.c_int
     lib.flash3_last_error.argtypes = []
     lib.flash3_last_error.restype = ctypes.c_char_p
     lib.flash3_abi_version.argtypes = []
@@ -347,6 +386,19 @@ def fwd(params, stream=None):
 def quantize_fp8(params, stream=None):
     """flash3_quantize_fp8 on a QuantizeFp8Params; raises Flash3Error on failure."""
     raise_for_status(library().flash3_quantize_fp8(ctypes.addressof(params), stream))
+
+
+def fwd_workspace_size(params):
+    """Bytes of workspace flash3_fwd needs for a FwdParams' split count."""
+    size = ctypes.c_uint64(0)
+    raise_for_status(
+        library().flash3_fwd_workspace_size(ctypes.addressof(params), ctypes.byref(size)))
+    return size.value
+
+
+def combine(params, stream=None):
+    """flash3_combine on a CombineParams; raises Flash3Error on failure."""
+    raise_for_status(library().flash3_combine(ctypes.addressof(params), stream))
 
 
 def bwd_workspace_size(params):

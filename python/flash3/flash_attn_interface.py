@@ -15,6 +15,7 @@ difference.
 import torch
 
 from . import _lib
+from . import kvcache as _kvcache
 from .fp8 import flash_attn_fp8
 from .ops import flash_attn_func as _flash3_attn_func
 from .varlen import flash_attn_varlen_func as _flash3_varlen_func
@@ -113,17 +114,39 @@ def flash_attn_varlen_func(
                                return_lse=return_attn_probs, deterministic=deterministic)
 
 
-def flash_attn_with_kvcache(q, k_cache, v_cache, *args, **kwargs):
-    """KV-cache inference: not in flash3 yet (the kvcache issue)."""
-    raise _unsupported("flash_attn_with_kvcache (KV cache, paged KV, split-KV decoding)")
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                            cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
+                            pack_gqa=None, sm_margin=0, return_softmax_lse=False):
+    """FA3's KV-cache call on flash3.kvcache (which documents what is not
+    there yet: appending k, v with rotary, varlen q). scheduler_metadata and
+    sm_margin are ignored hints."""
+    _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
+    for name, value in (("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens)):
+        if value is not None:
+            raise _unsupported(f"flash_attn_with_kvcache: {name}")
+    del scheduler_metadata, sm_margin
+    return _kvcache.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+        cache_leftpad=cache_leftpad, page_table=page_table, cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale, causal=causal,
+        window_size=tuple(window_size), softcap=softcap, rotary_interleaved=rotary_interleaved,
+        num_splits=num_splits, pack_gqa=pack_gqa, return_softmax_lse=return_softmax_lse)
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
-    """Merging split-KV partial results: not in flash3 yet (the kvcache issue)."""
-    raise _unsupported("flash_attn_combine (split-KV merge)")
+    """FA3's split merge: returns (out (batch, seqlen, heads, head_dim),
+    lse (batch, heads, seqlen) fp32)."""
+    return _kvcache.flash_attn_combine(out_partial, lse_partial, out=out, out_dtype=out_dtype,
+                                       return_lse=True)
 
 
 def get_scheduler_metadata(*args, **kwargs):
     """FA3 precomputes split-KV scheduling for flash_attn_with_kvcache; flash3
-    has no KV-cache path yet."""
+    chooses splits inside the call (no metadata to precompute)."""
     raise _unsupported("get_scheduler_metadata (KV-cache scheduling)")

@@ -118,3 +118,28 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
         out = torch.matmul(probs, vh)
     out = out.transpose(1, 2).contiguous()
     return out, (lse if upcast else lse.float())
+
+
+def rotary_ref(x, cos, sin, positions, interleaved=True):
+    """Rotary embedding, the reference for the KV cache's in-kernel append:
+    x (batch, seqlen, heads, headdim); cos, sin (max_position, rotary_dim / 2);
+    positions (batch, seqlen) integers. The first rotary_dim dims of each
+    head rotate, the rest pass through. interleaved: pairs (0, 1), (2, 3), ...
+    (GPT-J); otherwise (i, i + rotary_dim / 2) (GPT-NeoX). Computed in fp32,
+    returned in x's dtype."""
+    half = cos.shape[-1]
+    rotary_dim = 2 * half
+    c = cos[positions].float().unsqueeze(2)  # (batch, seqlen, 1, half)
+    s = sin[positions].float().unsqueeze(2)
+    rotated = x[..., :rotary_dim].float()
+    if interleaved:
+        first, second = rotated[..., 0::2], rotated[..., 1::2]
+    else:
+        first, second = rotated[..., :half], rotated[..., half:]
+    new_first = first * c - second * s
+    new_second = first * s + second * c
+    if interleaved:
+        rotated = torch.stack([new_first, new_second], dim=-1).flatten(-2)
+    else:
+        rotated = torch.cat([new_first, new_second], dim=-1)
+    return torch.cat([rotated.to(x.dtype), x[..., rotary_dim:]], dim=-1)

@@ -52,6 +52,7 @@ std::optional<cudaError_t> dispatch(const BackwardParams& p, const kernels::BwdW
       }
       break;
     case DType::kFloat8E4M3:  // forward only: validation refuses it
+    case DType::kFloat32:     // combine output only: likewise
       break;
   }
   return std::nullopt;

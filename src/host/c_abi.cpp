@@ -20,14 +20,17 @@ constexpr uint64_t kFwdParamsSizeV2 = 232;
 constexpr uint64_t kFwdParamsSizeV3 = 240;
 constexpr uint64_t kFwdParamsSizeV4 = 280;  // unchanged in v5
 constexpr uint64_t kFwdParamsSizeV6 = 376;
+constexpr uint64_t kFwdParamsSizeV7 = 440;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
 static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
 static_assert(offsetof(flash3_fwd_params, q_scale) == kFwdParamsSizeV4);
-static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV6,
+static_assert(offsetof(flash3_fwd_params, kv_batch_idx) == kFwdParamsSizeV6);
+static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV7,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kQuantizeParamsSizeV6 = sizeof(flash3_quantize_fp8_params);
+constexpr uint64_t kCombineParamsSizeV7 = sizeof(flash3_combine_params);
 
 constexpr uint64_t kBwdParamsSizeV1 = 392;
 constexpr uint64_t kBwdParamsSizeV2 = 408;  // unchanged in v3
@@ -48,6 +51,7 @@ static_assert(FLASH3_ERROR_INTERNAL == static_cast<int>(flash3::Status::kInterna
 static_assert(FLASH3_DTYPE_FLOAT16 == static_cast<int>(flash3::DType::kFloat16));
 static_assert(FLASH3_DTYPE_BFLOAT16 == static_cast<int>(flash3::DType::kBFloat16));
 static_assert(FLASH3_DTYPE_FLOAT8_E4M3 == static_cast<int>(flash3::DType::kFloat8E4M3));
+static_assert(FLASH3_DTYPE_FLOAT32 == static_cast<int>(flash3::DType::kFloat32));
 static_assert(FLASH3_FP8_SCALE_BLOCK == flash3::kFp8ScaleBlock);
 
 flash3_status fail(flash3::Status status, const std::string& message) {
@@ -97,6 +101,33 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.q_scale = to_cpp(p.q_scale);
   out.k_scale = to_cpp(p.k_scale);
   out.v_scale = to_cpp(p.v_scale);
+  out.kv_batch_idx = p.kv_batch_idx;
+  out.leftpad_k = p.leftpad_k;
+  out.page_table = p.page_table;
+  out.page_table_stride = p.page_table_stride;
+  out.page_size = p.page_size;
+  out.cache_batch = p.cache_batch;
+  out.num_splits = p.num_splits;
+  out.workspace = p.workspace;
+  out.workspace_bytes = static_cast<size_t>(p.workspace_bytes);
+  return out;
+}
+
+flash3::CombineParams to_cpp(const flash3_combine_params& p) {
+  flash3::CombineParams out;
+  out.out_partial = p.out_partial;
+  for (int i = 0; i < 5; ++i) out.out_partial_stride[i] = p.out_partial_stride[i];
+  out.lse_partial = p.lse_partial;
+  for (int i = 0; i < 4; ++i) out.lse_partial_stride[i] = p.lse_partial_stride[i];
+  out.out = to_cpp(p.out);
+  out.out_dtype = static_cast<flash3::DType>(p.out_dtype);
+  out.lse = p.lse;
+  out.sinks = p.sinks;
+  out.num_splits = p.num_splits;
+  out.batch = p.batch;
+  out.seqlen = p.seqlen;
+  out.heads = p.num_heads;
+  out.head_dim = p.head_dim;
   return out;
 }
 
@@ -177,6 +208,13 @@ void init(flash3_quantize_fp8_params* p) {
   p->struct_size = sizeof(*p);
 }
 
+void init(flash3_combine_params* p) {
+  std::memset(p, 0, sizeof(*p));
+  p->struct_size = sizeof(*p);
+  p->out_partial_stride[4] = 1;
+  p->out.stride[3] = 1;
+}
+
 // Copies the fields this library knows out of a caller's params struct of
 // type Struct (`name`), after checking its struct_size: at least the v1 size,
 // and any bytes beyond what this library knows must be zero (they would be
@@ -228,6 +266,26 @@ flash3_status quantize_fp8(const flash3_quantize_fp8_params* params, void* strea
   return static_cast<flash3_status>(flash3::quantize_fp8(to_cpp(known), static_cast<cudaStream_t>(stream)));
 }
 
+flash3_status combine(const flash3_combine_params* params, void* stream) {
+  flash3_combine_params known{};
+  if (flash3_status s = read_params(params, "flash3_combine_params", kCombineParamsSizeV7, &known, 7);
+      s != FLASH3_OK)
+    return s;
+  return static_cast<flash3_status>(flash3::combine(to_cpp(known), static_cast<cudaStream_t>(stream)));
+}
+
+flash3_status fwd_workspace_size(const flash3_fwd_params* params, uint64_t* bytes) {
+  if (bytes == nullptr)
+    return fail(flash3::Status::kInvalidArgument, "bytes: expected a pointer to a uint64_t; got NULL");
+  *bytes = 0;
+  flash3_fwd_params known{};
+  if (flash3_status s = read_params(params, "flash3_fwd_params", kFwdParamsSizeV1, &known); s != FLASH3_OK)
+    return s;
+  *bytes = flash3::forward_workspace_size(to_cpp(known));
+  flash3::host::clear_last_error();
+  return FLASH3_OK;
+}
+
 flash3_status bwd_workspace_size(const flash3_bwd_params* params, uint64_t* bytes) {
   if (bytes == nullptr)
     return fail(flash3::Status::kInvalidArgument, "bytes: expected a pointer to a uint64_t; got NULL");
@@ -262,6 +320,18 @@ FLASH3_API void flash3_fwd_params_init(flash3_fwd_params* params) {
 
 FLASH3_API flash3_status flash3_fwd(const flash3_fwd_params* params, void* stream) {
   return guarded([&] { return fwd(params, stream); });
+}
+
+FLASH3_API flash3_status flash3_fwd_workspace_size(const flash3_fwd_params* params, uint64_t* bytes) {
+  return guarded([&] { return fwd_workspace_size(params, bytes); });
+}
+
+FLASH3_API void flash3_combine_params_init(flash3_combine_params* params) {
+  if (params != nullptr) init(params);
+}
+
+FLASH3_API flash3_status flash3_combine(const flash3_combine_params* params, void* stream) {
+  return guarded([&] { return combine(params, stream); });
 }
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params) {

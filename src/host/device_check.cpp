@@ -1,5 +1,6 @@
 #include "device_check.hpp"
 
+#include <atomic>
 #include <initializer_list>
 #include <mutex>
 
@@ -116,11 +117,36 @@ CheckResult check_device_pointers(const ForwardParams& p, int device) {
                               {"cu_seqlens_q", p.cu_seqlens_q, varlen && has_keys},
                               {"cu_seqlens_k", p.cu_seqlens_k, varlen && has_keys},
                               {"seqused_q", p.seqused_q, varlen && has_keys && p.seqused_q != nullptr},
-                              {"seqused_k", p.seqused_k, varlen && has_keys && p.seqused_k != nullptr},
+                              {"seqused_k", p.seqused_k, has_keys && p.seqused_k != nullptr},
+                              {"kv_batch_idx", p.kv_batch_idx, has_keys && p.kv_batch_idx != nullptr},
+                              {"leftpad_k", p.leftpad_k, has_keys && p.leftpad_k != nullptr},
+                              {"page_table", p.page_table, has_keys && p.page_table != nullptr},
+                              {"workspace", p.workspace, has_keys && p.workspace != nullptr},
                               {"q_scale", p.q_scale.data, p.q_scale.data != nullptr},
                               {"k_scale", p.k_scale.data, has_keys && p.k_scale.data != nullptr},
                               {"v_scale", p.v_scale.data, has_keys && p.v_scale.data != nullptr}},
                              device);
+}
+
+CheckResult check_device_pointers(const CombineParams& p, int device) {
+  return check_used_pointers({{"out_partial", p.out_partial, true},
+                              {"lse_partial", p.lse_partial, true},
+                              {"out", p.out.data, true},
+                              {"lse", p.lse, p.lse != nullptr},
+                              {"sinks", p.sinks, p.sinks != nullptr}},
+                             device);
+}
+
+CheckResult multiprocessor_count(int device, int* count) {
+  static std::atomic<int> counts[kMaxCachedDevices] = {};
+  const bool cached = device >= 0 && device < kMaxCachedDevices;
+  if (cached && (*count = counts[device].load(std::memory_order_relaxed)) > 0) return {};
+  const cudaError_t error = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+  if (error != cudaSuccess)
+    return CheckResult::fail(Status::kCudaError, cat("cudaDeviceGetAttribute(MultiProcessorCount) failed: ",
+                                                     cudaGetErrorString(error)));
+  if (cached) counts[device].store(*count, std::memory_order_relaxed);
+  return {};
 }
 
 CheckResult check_device_pointers(const QuantizeFp8Params& p, int device) {

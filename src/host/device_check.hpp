@@ -33,5 +33,9 @@ CheckResult check_device_pointers(const ForwardParams& params, int device);
 // Every tensor backward() reads or writes for these sizes (and the workspace).
 CheckResult check_device_pointers(const BackwardParams& params, int device);
 CheckResult check_device_pointers(const QuantizeFp8Params& params, int device);
+CheckResult check_device_pointers(const CombineParams& params, int device);
+
+// The SM count of `device`, queried once per device.
+CheckResult multiprocessor_count(int device, int* count);
 
 }  // namespace flash3::host

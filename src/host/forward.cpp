@@ -8,8 +8,11 @@
 
 #include "device_check.hpp"
 #include "export.hpp"
+#include "kernels/fwd_combine_run.h"
 #include "kernels/fwd_run.h"
+#include "kernels/split_kv.h"
 #include "last_error.hpp"
+#include "split_kv.hpp"
 #include "validate.hpp"
 #include "window.hpp"
 
@@ -18,21 +21,40 @@ namespace {
 
 using host::CheckResult;
 
+// The kernel families dispatch() can call: the forward (any dtype) and the
+// KV-cache forward (16-bit only).
+struct RunFwd {
+  static constexpr bool kHasFp8 = true;
+  template <DType kDType, int kHeadDim>
+  static cudaError_t run(const ForwardParams& p, cudaStream_t stream) {
+    return kernels::run_fwd<kDType, kHeadDim>(p, stream);
+  }
+};
+
+struct RunFwdKvCache {
+  static constexpr bool kHasFp8 = false;
+  template <DType kDType, int kHeadDim>
+  static cudaError_t run(const ForwardParams& p, cudaStream_t stream) {
+    return kernels::run_fwd_kvcache<kDType, kHeadDim>(p, stream);
+  }
+};
+
 // Only instantiations that were built are referenced (FLASH3_HAS_* come from
 // CMake's FLASH3_DTYPES x FLASH3_HEAD_DIMS); validation has already rejected
 // the others, so reaching the end is a bug.
+template <class Runner>
 std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream) {
   switch (p.dtype) {
     case DType::kBFloat16:
       switch (p.head_dim) {
 #ifdef FLASH3_HAS_BF16_HDIM64
-        case 64: return kernels::run_fwd<DType::kBFloat16, 64>(p, stream);
+        case 64: return Runner::template run<DType::kBFloat16, 64>(p, stream);
 #endif
 #ifdef FLASH3_HAS_BF16_HDIM128
-        case 128: return kernels::run_fwd<DType::kBFloat16, 128>(p, stream);
+        case 128: return Runner::template run<DType::kBFloat16, 128>(p, stream);
 #endif
 #ifdef FLASH3_HAS_BF16_HDIM256
-        case 256: return kernels::run_fwd<DType::kBFloat16, 256>(p, stream);
+        case 256: return Runner::template run<DType::kBFloat16, 256>(p, stream);
 #endif
         default: break;
       }
@@ -40,33 +62,72 @@ std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream)
     case DType::kFloat16:
       switch (p.head_dim) {
 #ifdef FLASH3_HAS_FP16_HDIM64
-        case 64: return kernels::run_fwd<DType::kFloat16, 64>(p, stream);
+        case 64: return Runner::template run<DType::kFloat16, 64>(p, stream);
 #endif
 #ifdef FLASH3_HAS_FP16_HDIM128
-        case 128: return kernels::run_fwd<DType::kFloat16, 128>(p, stream);
+        case 128: return Runner::template run<DType::kFloat16, 128>(p, stream);
 #endif
 #ifdef FLASH3_HAS_FP16_HDIM256
-        case 256: return kernels::run_fwd<DType::kFloat16, 256>(p, stream);
+        case 256: return Runner::template run<DType::kFloat16, 256>(p, stream);
 #endif
         default: break;
       }
       break;
     case DType::kFloat8E4M3:
-      switch (p.head_dim) {
+      if constexpr (Runner::kHasFp8) {
+        switch (p.head_dim) {
 #ifdef FLASH3_HAS_E4M3_HDIM64
-        case 64: return kernels::run_fwd<DType::kFloat8E4M3, 64>(p, stream);
+          case 64: return Runner::template run<DType::kFloat8E4M3, 64>(p, stream);
 #endif
 #ifdef FLASH3_HAS_E4M3_HDIM128
-        case 128: return kernels::run_fwd<DType::kFloat8E4M3, 128>(p, stream);
+          case 128: return Runner::template run<DType::kFloat8E4M3, 128>(p, stream);
 #endif
 #ifdef FLASH3_HAS_E4M3_HDIM256
-        case 256: return kernels::run_fwd<DType::kFloat8E4M3, 256>(p, stream);
+          case 256: return Runner::template run<DType::kFloat8E4M3, 256>(p, stream);
 #endif
-        default: break;
+          default: break;
+        }
       }
       break;
+    case DType::kFloat32: break;
   }
   return std::nullopt;
+}
+
+// The split count for a validated call on `device` (splits need the SM
+// count only when chosen with workspace to hold them).
+CheckResult splits_for(const ForwardParams& p, int device, int* splits) {
+  *splits = 1;
+  if (p.num_splits == 1 || (p.num_splits == 0 && p.workspace == nullptr)) return {};
+  int sms = 0;
+  if (p.num_splits == 0)
+    if (CheckResult r = host::multiprocessor_count(device, &sms); !r.ok()) return r;
+  *splits = host::resolve_splits(p, sms);
+  return {};
+}
+
+// Split-KV's second pass: the partial results in the workspace into out and lse.
+cudaError_t combine_splits(const ForwardParams& p, int splits, cudaStream_t stream) {
+  kernels::SplitWorkspace const w =
+      kernels::split_workspace(p.workspace, splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  int64_t const d = p.head_dim, rows = p.seqlen_q, heads = p.heads_q;
+  CombineParams c;
+  c.out_partial = w.o;  // (split, batch, heads, seqlen, d) as (split, batch, seqlen, heads, d)
+  int64_t const o_strides[5] = {p.batch * heads * rows * d, heads * rows * d, d, rows * d, 1};
+  c.lse_partial = w.lse;
+  int64_t const lse_strides[4] = {p.batch * heads * rows, heads * rows, 1, rows};
+  for (int i = 0; i < 5; ++i) c.out_partial_stride[i] = o_strides[i];
+  for (int i = 0; i < 4; ++i) c.lse_partial_stride[i] = lse_strides[i];
+  c.out = p.out;
+  c.out_dtype = p.dtype;
+  c.lse = p.lse;
+  c.sinks = p.sinks;
+  c.num_splits = splits;
+  c.batch = p.batch;
+  c.seqlen = p.seqlen_q;
+  c.heads = p.heads_q;
+  c.head_dim = p.head_dim;
+  return kernels::run_combine(c, stream);
 }
 
 Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
@@ -87,7 +148,20 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
   ForwardParams resolved = params;
   if (resolved.softmax_scale == 0.f)
     resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
-  host::resolve_window(resolved);
+  int splits = 1;
+  if (CheckResult r = splits_for(resolved, device, &splits); !r.ok()) return host::record(r);
+  resolved.num_splits = splits;
+  const bool kv_cache = host::uses_kv_cache_kernel(resolved, splits);
+  if (kv_cache) {
+    // Each batch entry's band is relative to its own keys (window.hpp).
+    const host::Window w = host::resolve_band(resolved.causal, resolved.window_left,
+                                              resolved.window_right, resolved.seqlen_q, resolved.seqlen_k);
+    resolved.window_left = w.left;
+    resolved.window_right = w.right;
+    if (resolved.cache_batch == 0) resolved.cache_batch = resolved.batch;
+  } else {
+    host::resolve_window(resolved);
+  }
 
   std::optional<cudaError_t> launched;
   if (varlen ? resolved.total_k == 0 : resolved.seqlen_k == 0) {
@@ -96,8 +170,11 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
       resolved.seqlen_q = resolved.total_q;
     }
     launched = kernels::run_fwd_empty_keys(resolved, stream);
+  } else if (kv_cache) {
+    launched = dispatch<RunFwdKvCache>(resolved, stream);
+    if (launched && *launched == cudaSuccess && splits > 1) launched = combine_splits(resolved, splits, stream);
   } else {
-    launched = dispatch(resolved, stream);
+    launched = dispatch<RunFwd>(resolved, stream);
   }
   if (!launched)
     return host::record(CheckResult::fail(
@@ -111,7 +188,33 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
   return Status::kOk;
 }
 
+size_t workspace_size_checked(const ForwardParams& params) {
+  // The workspace is what is being sized: validate the rest without it.
+  ForwardParams sized = params;
+  sized.workspace = nullptr;
+  sized.workspace_bytes = 0;
+  sized.num_splits = params.num_splits > 1 ? 1 : params.num_splits;
+  if (!host::validate_forward(sized).ok()) return 0;
+  if (params.batch == 0 || params.seqlen_q == 0 || params.seqlen_k == 0) return 0;
+  int splits = params.num_splits;
+  if (splits == 0) {
+    int device = -1, sms = 0;
+    if (!host::check_current_device(&device).ok() || !host::multiprocessor_count(device, &sms).ok())
+      return 0;
+    splits = host::resolve_splits(sized, sms, /*limit_to_workspace=*/false);
+  }
+  return host::split_workspace_bytes(params, splits);
+}
+
 }  // namespace
+
+FLASH3_CXX_EXPORT size_t forward_workspace_size(const ForwardParams& params) {
+  try {
+    return workspace_size_checked(params);
+  } catch (...) {
+    return 0;
+  }
+}
 
 FLASH3_CXX_EXPORT Status forward(const ForwardParams& params, cudaStream_t stream) {
   // The C++ API never throws: anything escaping is turned into a status here.

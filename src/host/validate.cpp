@@ -1,7 +1,9 @@
 #include "validate.hpp"
 
 #include "bwd_workspace.hpp"
+#include "kernels/fwd_combine_run.h"
 #include "kernels/tile_config.h"
+#include "split_kv.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -118,10 +120,11 @@ CheckResult check_varlen(const ForwardParams& p) {
     return invalid(cat("cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got "
                        "cu_seqlens_q = ", pointer_text(p.cu_seqlens_q), ", cu_seqlens_k = ",
                        pointer_text(p.cu_seqlens_k)));
-  if (!varlen && (p.seqused_q != nullptr || p.seqused_k != nullptr))
-    return invalid(cat("seqused_q / seqused_k: only with cu_seqlens_q and cu_seqlens_k (varlen); "
-                       "got seqused_q = ", pointer_text(p.seqused_q), ", seqused_k = ", pointer_text(p.seqused_k)));
-  if (!varlen) return {};
+  // (Without varlen, seqused_k is a KV cache's per-batch key count: check_kv_cache.)
+  if (!varlen && p.seqused_q != nullptr)
+    return invalid(cat("seqused_q: only with cu_seqlens_q and cu_seqlens_k (varlen); got ",
+                       pointer_text(p.seqused_q)));
+  if (!varlen) return check_aligned_pointer("seqused_k", p.seqused_k);
   for (CheckResult r : {check_size("total_q", p.total_q, 0), check_size("total_k", p.total_k, 0),
                         check_aligned_pointer("cu_seqlens_q", p.cu_seqlens_q),
                         check_aligned_pointer("cu_seqlens_k", p.cu_seqlens_k),
@@ -134,6 +137,76 @@ CheckResult check_varlen(const ForwardParams& p) {
   if (int64_t{p.total_q} + p.total_k > kMaxRows)
     return invalid(cat("total_q + total_k must be at most ", kMaxRows, " with varlen; got ",
                        int64_t{p.total_q} + p.total_k));
+  return {};
+}
+
+// The first KV-cache array given, or nullptr (flash3.hpp: KV cache).
+const char* kv_cache_array(const ForwardParams& p) {
+  if (p.kv_batch_idx != nullptr) return "kv_batch_idx";
+  if (p.leftpad_k != nullptr) return "leftpad_k";
+  if (p.page_table != nullptr) return "page_table";
+  if (p.seqused_k != nullptr && p.cu_seqlens_q == nullptr) return "seqused_k";
+  return nullptr;
+}
+
+CheckResult check_workspace(const void* workspace, size_t bytes, size_t needed, const char* size_fn) {
+  if (workspace == nullptr)
+    return invalid(cat("workspace: expected device memory of at least ", needed, " bytes (", size_fn,
+                       "); got NULL"));
+  if (reinterpret_cast<uintptr_t>(workspace) % kTmaAlignBytes != 0)
+    return invalid(cat("workspace: pointer must be ", kTmaAlignBytes, "-byte aligned; got ", workspace));
+  if (bytes < needed)
+    return invalid(cat("workspace_bytes: expected at least ", needed, " (", size_fn, "); got ", bytes));
+  return {};
+}
+
+// KV cache and split-KV: 16-bit, fixed-length queries; a page table excludes
+// kv_batch_idx and leftpad_k; explicit splits need their workspace.
+CheckResult check_kv_cache(const ForwardParams& p) {
+  if (p.num_splits < 0 || p.num_splits > kMaxSplits)
+    return invalid(cat("num_splits must be in [0, ", kMaxSplits, "] (0: chosen, 1: no split); got ",
+                       p.num_splits));
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const bool fp8 = p.dtype == DType::kFloat8E4M3;
+  const char* array = kv_cache_array(p);
+  if (array != nullptr && varlen)
+    return unsupported(cat(array, ": a KV cache is read with fixed-length queries; not supported "
+                                  "with varlen (cu_seqlens_q)"));
+  if (array != nullptr && fp8)
+    return unsupported(cat(array, ": the KV cache kernel takes bf16 or fp16; not supported with "
+                                  "dtype e4m3 (FP8)"));
+  if (p.num_splits > 1 && (varlen || fp8))
+    return unsupported(cat("num_splits: split-KV takes bf16 or fp16 and fixed-length batches; "
+                           "not supported with ", varlen ? "varlen (cu_seqlens_q)" : "dtype e4m3 (FP8)",
+                           "; got ", p.num_splits));
+  if (p.cache_batch < 0) return invalid(cat("cache_batch must be >= 0 (0: batch); got ", p.cache_batch));
+  for (CheckResult r : {check_aligned_pointer("kv_batch_idx", p.kv_batch_idx),
+                        check_aligned_pointer("leftpad_k", p.leftpad_k),
+                        check_aligned_pointer("page_table", p.page_table)})
+    if (!r.ok()) return r;
+  if (p.page_table != nullptr) {
+    if (p.kv_batch_idx != nullptr || p.leftpad_k != nullptr)
+      return unsupported(cat(p.kv_batch_idx != nullptr ? "kv_batch_idx" : "leftpad_k",
+                             ": not supported with a page table (page_table maps each batch "
+                             "entry's keys to pages)"));
+    if (p.page_size < 1)
+      return invalid(cat("page_size must be >= 1 with a page table; got ", p.page_size));
+    if (p.page_size % 16 != 0)
+      return unsupported(cat("page_size: multiples of 16 are supported (one TMA box of 16 keys "
+                             "never straddles pages); got ", p.page_size));
+    if (p.cache_batch < 1)
+      return invalid(cat("cache_batch: the number of pages, must be >= 1 with a page table; got ",
+                         p.cache_batch));
+    const int64_t pages = (int64_t{p.seqlen_k} + p.page_size - 1) / p.page_size;
+    if (p.page_table_stride < pages)
+      return invalid(cat("page_table_stride must be >= ceil(seqlen_k / page_size) = ", pages,
+                         " (pages per batch entry); got ", p.page_table_stride));
+  }
+  if (p.num_splits > 1)
+    return check_workspace(p.workspace, p.workspace_bytes, split_workspace_bytes(p, p.num_splits),
+                           "forward_workspace_size");
+  if (reinterpret_cast<uintptr_t>(p.workspace) % kTmaAlignBytes != 0)
+    return invalid(cat("workspace: pointer must be ", kTmaAlignBytes, "-byte aligned; got ", p.workspace));
   return {};
 }
 
@@ -171,11 +244,14 @@ const char* dtype_name(DType dtype) {
     case DType::kBFloat16: return "bf16";
     case DType::kFloat16: return "fp16";
     case DType::kFloat8E4M3: return "e4m3";
+    case DType::kFloat32: return "fp32";
   }
   return nullptr;
 }
 
-int dtype_bytes(DType dtype) { return dtype == DType::kFloat8E4M3 ? 1 : 2; }
+int dtype_bytes(DType dtype) {
+  return dtype == DType::kFloat8E4M3 ? 1 : dtype == DType::kFloat32 ? 4 : 2;
+}
 
 void BuildConfig::add(DType dtype, int head_dim) {
   const int h = head_dim_index(head_dim);
@@ -258,7 +334,7 @@ const BuildConfig& built_config() {
 }
 
 CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
-  const char* dtype = dtype_name(p.dtype);
+  const char* dtype = p.dtype == DType::kFloat32 ? nullptr : dtype_name(p.dtype);
   if (dtype == nullptr)
     return invalid(cat("dtype: expected fp16 (", static_cast<int>(DType::kFloat16), "), bf16 (",
                        static_cast<int>(DType::kBFloat16), ") or e4m3 (",
@@ -291,14 +367,19 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
     return invalid(cat("num_heads_q (", p.heads_q, ") must be divisible by num_heads_kv (",
                        p.heads_kv, ")"));
   if (CheckResult r = check_varlen(p); !r.ok()) return r;
+  if (CheckResult r = check_kv_cache(p); !r.ok()) return r;
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (!varlen) {
     if (CheckResult r = check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q));
         !r.ok())
       return r;
-    if (CheckResult r = check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv));
-        !r.ok())
-      return r;
+    const bool paged = p.page_table != nullptr;
+    CheckResult const kv_rows =
+        p.cache_batch > 0
+            ? check_rows(paged ? "cache_batch * page_size * num_heads_kv" : "cache_batch * seqlen_k * num_heads_kv",
+                         rows(p.cache_batch, paged ? p.page_size : p.seqlen_k, p.heads_kv))
+            : check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv));
+    if (!kv_rows.ok()) return kv_rows;
   }
 
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.f)
@@ -365,6 +446,9 @@ bool backward_has_keys(const BackwardParams& p) {
 CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built) {
   if (p.dtype == DType::kFloat8E4M3)
     return unsupported("dtype: e4m3 (FP8) has a forward only; the backward takes bf16 or fp16");
+  if (p.seqused_k != nullptr && p.cu_seqlens_q == nullptr)
+    return unsupported("seqused_k: only with varlen (cu_seqlens_q) in the backward (a KV cache's "
+                       "key counts are forward only)");
   if (CheckResult r = validate_forward(forward_view(p), built); !r.ok()) return r;
   // Varlen's workspace rows: every sequence padded to whole query blocks (bwd_workspace.cpp).
   const int64_t block_m = kernels::bwd_tile_config(p.head_dim).block_m;
@@ -392,17 +476,8 @@ CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built)
     return invalid(cat("lse: expected the forward's LSE, ",
                        p.cu_seqlens_q != nullptr ? "(num_heads_q, total_q)" : "(batch, num_heads_q, seqlen_q)",
                        " fp32; got NULL"));
-  const size_t needed = bwd_workspace_layout(p).bytes;
-  if (p.workspace == nullptr)
-    return invalid(cat("workspace: expected device memory of at least ", needed,
-                       " bytes (backward_workspace_size); got NULL"));
-  if (reinterpret_cast<uintptr_t>(p.workspace) % kTmaAlignBytes != 0)
-    return invalid(cat("workspace: pointer must be ", kTmaAlignBytes, "-byte aligned; got ",
-                       p.workspace));
-  if (p.workspace_bytes < needed)
-    return invalid(cat("workspace_bytes: expected at least ", needed,
-                       " (backward_workspace_size); got ", p.workspace_bytes));
-  return {};
+  return check_workspace(p.workspace, p.workspace_bytes, bwd_workspace_layout(p).bytes,
+                         "backward_workspace_size");
 }
 
 }  // namespace flash3::host
@@ -460,6 +535,55 @@ CheckResult validate_quantize_fp8(const QuantizeFp8Params& p) {
     if (CheckResult r = check_aligned_pointer(s.name, s.scale); !r.ok()) return r;
   }
   return check_aligned_pointer("hadamard_signs", p.hadamard_signs);
+}
+
+}  // namespace flash3::host
+
+namespace flash3::host {
+
+CheckResult validate_combine(const CombineParams& p) {
+  if (p.out_dtype != DType::kBFloat16 && p.out_dtype != DType::kFloat16 && p.out_dtype != DType::kFloat32)
+    return invalid(cat("out_dtype: expected fp16 (", static_cast<int>(DType::kFloat16), "), bf16 (",
+                       static_cast<int>(DType::kBFloat16), ") or fp32 (",
+                       static_cast<int>(DType::kFloat32), "); got ", static_cast<int>(p.out_dtype)));
+  for (CheckResult r : {check_size("num_splits", p.num_splits, 1), check_size("batch", p.batch, 0),
+                        check_size("seqlen", p.seqlen, 0), check_size("num_heads", p.heads, 1),
+                        check_size("head_dim", p.head_dim, 1),
+                        check_rows("batch * seqlen * num_heads", rows(p.batch, p.seqlen, p.heads))})
+    if (!r.ok()) return r;
+  if (p.head_dim > kernels::kCombineMaxHeadDim)
+    return unsupported(cat("head_dim: combine supports up to ", kernels::kCombineMaxHeadDim, "; got ",
+                           p.head_dim));
+  if (p.batch == 0 || p.seqlen == 0) return {};
+  const struct {
+    const char* name;
+    const void* pointer;
+    size_t alignment;
+  } pointers[] = {{"out_partial", p.out_partial, alignof(float)},
+                  {"lse_partial", p.lse_partial, alignof(float)},
+                  {"out", p.out.data, size_t(dtype_bytes(p.out_dtype))}};
+  for (const auto& t : pointers) {
+    if (t.pointer == nullptr) return invalid(cat(t.name, ": expected a non-null data pointer; got NULL"));
+    if (reinterpret_cast<uintptr_t>(t.pointer) % t.alignment != 0)
+      return invalid(cat(t.name, ": pointer must be ", t.alignment, "-byte aligned; got ", t.pointer));
+  }
+  if (p.out_partial_stride[4] != 1)
+    return invalid(cat("out_partial: head_dim stride must be 1 (last dimension contiguous); got ",
+                       p.out_partial_stride[4]));
+  if (p.out.stride[3] != 1)
+    return invalid(cat("out: head_dim stride must be 1 (last dimension contiguous); got ", p.out.stride[3]));
+  for (int d = 0; d < 4; ++d) {
+    if (p.out_partial_stride[d] < 0)
+      return invalid(cat("out_partial: stride[", d, "] must be >= 0; got ", p.out_partial_stride[d]));
+    if (p.lse_partial_stride[d] < 0)
+      return invalid(cat("lse_partial: stride[", d, "] must be >= 0; got ", p.lse_partial_stride[d]));
+  }
+  for (int d = 0; d < 3; ++d)
+    if (p.out.stride[d] < 0)
+      return invalid(cat("out: ", kDimNames[d], " stride must be >= 0; got ", p.out.stride[d]));
+  for (CheckResult r : {check_aligned_pointer("lse", p.lse), check_aligned_pointer("sinks", p.sinks)})
+    if (!r.ok()) return r;
+  return {};
 }
 
 }  // namespace flash3::host

@@ -19,7 +19,7 @@ inline constexpr int kNumHeadDims = sizeof(kSupportedHeadDims) / sizeof(int);
 inline constexpr DType kKnownDTypes[] = {DType::kBFloat16, DType::kFloat16};
 inline constexpr int kNumDTypes = sizeof(kKnownDTypes) / sizeof(DType);
 
-// "bf16" / "fp16" / "e4m3", or nullptr for a value that is not a DType.
+// "bf16" / "fp16" / "e4m3" / "fp32", or nullptr for a value that is not a DType.
 const char* dtype_name(DType dtype);
 int dtype_bytes(DType dtype);
 
@@ -48,6 +48,10 @@ const BuildConfig& built_config();
 // their pointers and strides are not checked.
 CheckResult validate_forward(const ForwardParams& params,
                              const BuildConfig& built = built_config());
+
+// combine()'s rules: sizes, out_dtype, non-negative strides with the head
+// dim contiguous, aligned pointers (tensors of no rows are not checked).
+CheckResult validate_combine(const CombineParams& params);
 
 // quantize_fp8's rules: sizes, dtypes, tensors (q, k, v and q_out, k_out,
 // vt_out as TMA-style strided tensors) and the scale outputs.

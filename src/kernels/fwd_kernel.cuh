@@ -53,12 +53,21 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Tile t's work: derived inside each role's loop, after setmaxnreg (values
   // live across it are spilled). Both roles skip the same tiles and count the
   // same Q loads, which gives the Q barriers' phases.
-  FwdTileScheduler<kPersistent> const scheduler{params.m_blocks, params.heads_q, params.num_tiles};
+  FwdTileScheduler<kPersistent, Traits::kKvCache> const scheduler{
+      params.m_blocks, params.heads_q, params.num_tiles, params.num_splits};
   auto const work = [&](int t) {
     FwdTileIndex const index = scheduler(t);
-    FwdTile const tile = Mainloop::make_tile(params, index.m_block, index.head, index.batch);
+    FwdTile const tile =
+        Mainloop::make_tile(params, index.m_block, index.head, index.batch, index.split);
     auto const mask = Mainloop::make_mask(params, tile);
-    return cute::make_tuple(tile, mask.n_block_begin(tile.m_block), mask.n_block_end(tile.m_block));
+    int n_block_begin = mask.n_block_begin(tile.m_block);
+    int n_block_end = mask.n_block_end(tile.m_block);
+    if constexpr (Traits::kKvCache) {  // split-KV: an equal share of the tile's key blocks
+      int const per_split = ceil_div(max(n_block_end - n_block_begin, 0), params.num_splits);
+      n_block_begin += tile.split * per_split;
+      n_block_end = min(n_block_end, n_block_begin + per_split);
+    }
+    return cute::make_tuple(tile, n_block_begin, n_block_end);
   };
   // Varlen: the grid covers the longest sequence; the others' surplus blocks
   // have no rows.

@@ -64,6 +64,26 @@ struct FwdKernelParams {
   Fp8ScaleView k_scale;
   Fp8ScaleView v_scale;
   int vt_keys;
+  // KV cache (Traits::kKvCache; flash3.hpp ForwardParams): batch entry b
+  // reads cache entry kv_batch_idx[b] (or b), keys [leftpad_k[b],
+  // seqused_k[b]) of seqlen_k; K / V's TMA batch extent is cache_batch.
+  // Paged (page_table set): tma_k_page / tma_v_page load boxes of
+  // kPageBoxRows rows from pages (page_size, head_dim, heads_kv, cache_batch).
+  int const* kv_batch_idx;
+  int const* leftpad_k;
+  int cache_batch;
+  int const* page_table;
+  int64_t page_table_stride;
+  int page_size;
+  typename Traits::TmaKVPage tma_k_page;
+  typename Traits::TmaKVPage tma_v_page;
+  // Split-KV (kKvCache): num_splits > 1 writes each split's normalized
+  // output and LSE (without the sink) to o_partial (split, batch, heads_q,
+  // seqlen_q, head_dim) and lse_partial (split, batch, heads_q, seqlen_q),
+  // fp32, for the combine kernel.
+  int num_splits;
+  float* o_partial;
+  float* lse_partial;
 };
 
 }  // namespace flash3::kernels

@@ -14,6 +14,7 @@
 #include "kernels/fwd_kernel.cuh"
 #include "kernels/launch_common.cuh"
 #include "kernels/fwd_run.h"
+#include "kernels/split_kv.h"
 
 namespace flash3::kernels {
 
@@ -37,6 +38,7 @@ inline Fp8ScaleView fp8_scale_view(Fp8Scale const& s) {
 // V's TMA: the V tile, or FP8's V^T (flash3.hpp: ForwardParams).
 template <class Traits>
 typename Traits::TmaV make_tma_copy_v(ForwardParams const& p, int tma_batch, int rows_k) {
+  // (16-bit: tma_batch and rows_k are K's and V's.)
   if constexpr (Traits::kFp8) {
     static_assert(Traits::kBlockM == kFp8ScaleBlock && Traits::kBlockN == kFp8ScaleBlock,
                   "an FP8 tile is one block of the scales");
@@ -59,23 +61,30 @@ template <class Traits>
 cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   using SharedStorage = typename Traits::SharedStorage;
   constexpr bool kVarlen = Traits::kVarlen;
+  constexpr bool kKvCache = Traits::kKvCache;
   int const m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
-  int64_t const tiles = int64_t{m_blocks} * p.heads_q * p.batch;
+  int const splits = kKvCache ? p.num_splits : 1;
+  int64_t const tiles = int64_t{m_blocks} * p.heads_q * p.batch * splits;
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   float const logit_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
   // Varlen: TMA sees the packed tensors as one batch entry of total rows, and
-  // the band is relative to each sequence (fwd_kernel_params.cuh).
+  // the band is relative to each sequence (fwd_kernel_params.cuh); a KV
+  // cache's band is relative to each batch entry's keys, and K / V have
+  // cache_batch entries (pages, when paged, of page_size rows).
   int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
   int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
   int const tma_batch = kVarlen ? 1 : p.batch;
-  int const diagonal = kVarlen ? 0 : p.seqlen_k - p.seqlen_q;
+  int const tma_batch_kv = kKvCache ? p.cache_batch : tma_batch;
+  // Paged: these descriptors go unused (load_paged_block), but describe the pages.
+  int const rows_kv = kKvCache && p.page_table != nullptr ? p.page_size : rows_k;
+  int const diagonal = kVarlen || kKvCache ? 0 : p.seqlen_k - p.seqlen_q;
   FwdKernelParams<Traits> kp{
       make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch, rows_q, p.heads_q),
                     typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch, rows_k, p.heads_kv),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch_kv, rows_kv, p.heads_kv),
                     take<0, 2>(typename Traits::SmemLayoutKV{}),
                     select<1, 2>(typename Traits::TileShape{}), _1{}),
-      make_tma_copy_v<Traits>(p, tma_batch, rows_k),
+      make_tma_copy_v<Traits>(p, tma_batch_kv, rows_kv),
       static_cast<typename Traits::OutElement*>(p.out.data),
       kVarlen ? 0 : p.out.stride[0],
       p.out.stride[1],
@@ -103,7 +112,40 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       fp8_scale_view(p.k_scale),
       fp8_scale_view(p.v_scale),
       int(fp8_vt_keys(p.seqlen_k)),
+      nullptr,  // KV cache and split-KV: set below
+      nullptr,
+      0,
+      nullptr,
+      0,
+      0,
+      {},
+      {},
+      splits,
+      nullptr,
+      nullptr,
   };
+  if constexpr (kKvCache) {
+    kp.kv_batch_idx = p.kv_batch_idx;
+    kp.leftpad_k = p.leftpad_k;
+    kp.cache_batch = p.cache_batch;
+    kp.page_table = p.page_table;
+    kp.page_table_stride = p.page_table_stride;
+    kp.page_size = p.page_size;
+    if (p.page_table != nullptr) {
+      auto const page_box = [&](Tensor4d const& t) {
+        return make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(t, p.cache_batch, p.page_size, p.heads_kv),
+                             typename Traits::SmemLayoutPageBox{}, typename Traits::PageBoxShape{}, _1{});
+      };
+      kp.tma_k_page = page_box(p.k);
+      kp.tma_v_page = page_box(p.v);
+    }
+    if (splits > 1) {
+      SplitWorkspace const w =
+          split_workspace(p.workspace, splits, p.batch, p.heads_q, p.seqlen_q, Traits::kHeadDim);
+      kp.o_partial = w.o;
+      kp.lse_partial = w.lse;
+    }
+  }
   constexpr int kSmemBytes = int(sizeof(SharedStorage));
   if constexpr (!Traits::kBanded) {
     if (persistent_fwd_grid(p)) {
@@ -123,6 +165,11 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
 
 // `params` is resolved (fwd_run.h): a banded mask has window_left >= 0, and
 // varlen is always banded.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_kvcache(ForwardParams const& params, cudaStream_t stream) {
+  return launch_fwd<FwdTraits<ElementOf<kDType>, kHeadDim, true, false, true>>(params, stream);
+}
+
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(ForwardParams const& params, cudaStream_t stream) {
   using Element = ElementOf<kDType>;

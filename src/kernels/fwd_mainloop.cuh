@@ -21,8 +21,10 @@ namespace flash3::kernels {
 using namespace cute;
 
 // One tile of work: a block of query rows of one head of one batch entry.
-// Varlen: the sequence's first rows in the packed q / k and its lengths
-// (otherwise left 0: the lengths are the params').
+// Varlen: the sequence's first rows in the packed q / k and its lengths; KV
+// cache: the cache entry, first key and key count (otherwise left 0: the
+// lengths are the params'). kv_batch: K / V's batch index; split: which
+// split of the keys (split-KV).
 struct FwdTile {
   int m_block;
   int head;
@@ -31,6 +33,8 @@ struct FwdTile {
   int offset_k = 0;
   int seqlen_q = 0;
   int seqlen_k = 0;
+  int kv_batch = 0;
+  int split = 0;
 };
 
 template <class Traits>
@@ -43,21 +47,33 @@ struct FwdMainloop {
   static constexpr int kHeadDim = Traits::kHeadDim;
 
   static constexpr bool kVarlen = Traits::kVarlen;
+  static constexpr bool kKvCache = Traits::kKvCache;
+  // Lengths per batch entry, in the tile (else the params').
+  static constexpr bool kTileLengths = kVarlen || kKvCache;
 
-  CUTE_DEVICE static FwdTile make_tile(Params const& p, int m_block, int head, int batch) {
+  CUTE_DEVICE static FwdTile make_tile(Params const& p, int m_block, int head, int batch,
+                                       int split = 0) {
     if constexpr (kVarlen) {
       PackedSequence const q = packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q, p.seqlen_q);
       PackedSequence const k = packed_sequence(p.cu_seqlens_k, p.seqused_k, batch, p.total_k, p.seqlen_k);
-      return {m_block, head, batch, q.offset, k.offset, q.length, k.length};
+      return {m_block, head, batch, q.offset, k.offset, q.length, k.length, batch};
+    } else if constexpr (kKvCache) {
+      // Device arrays the host cannot check: clamped into the cache, so
+      // inconsistent ones give a wrong answer, never an access outside it
+      // (a batch index outside the cache reads TMA's zeros).
+      int const used = p.seqused_k != nullptr ? min(max(p.seqused_k[batch], 0), p.seqlen_k) : p.seqlen_k;
+      int const leftpad = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), used) : 0;
+      int const kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[batch] : batch;
+      return {m_block, head, batch, 0, leftpad, p.seqlen_q, used - leftpad, kv_batch, split};
     } else {
-      return {m_block, head, batch};
+      return {m_block, head, batch, 0, 0, 0, 0, batch};
     }
   }
 
   // Fixed lengths read the params directly (from the constant bank: no
   // registers held across the mainloop).
   CUTE_DEVICE static Mask make_mask(Params const& p, FwdTile const& tile) {
-    if constexpr (kVarlen) {
+    if constexpr (kTileLengths) {
       int const diagonal = tile.seqlen_k - tile.seqlen_q;
       return {tile.seqlen_q, tile.seqlen_k, diagonal + p.key_lo, diagonal + p.key_hi};
     } else {
@@ -65,33 +81,63 @@ struct FwdMainloop {
     }
   }
 
-  // Varlen: TMA sees the packed tensors as one batch entry. FP8: V as V^T,
-  // (head_dim, padded keys, heads, batch).
+  // Varlen: TMA sees the packed tensors as one batch entry. KV cache: K and
+  // V have cache_batch entries. FP8: V as V^T, (head_dim, padded keys,
+  // heads, batch).
   CUTE_DEVICE static auto global_qkv(Params const& p) {
     int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
     int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
     int const batch = kVarlen ? 1 : p.batch;
+    int const batch_kv = kKvCache ? p.cache_batch : batch;
     int const heads_kv = p.heads_q / p.heads_per_kv_head;
     auto const v_shape = [&] {
       if constexpr (Traits::kFp8) {
         return make_shape(Int<kHeadDim>{}, p.vt_keys, heads_kv, batch);
       } else {
-        return make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch);
+        return make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch_kv);
       }
     }();
     return cute::make_tuple(
         p.tma_q.get_tma_tensor(make_shape(rows_q, Int<kHeadDim>{}, p.heads_q, batch)),
-        p.tma_k.get_tma_tensor(make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch)),
+        p.tma_k.get_tma_tensor(make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch_kv)),
         p.tma_v.get_tma_tensor(v_shape));
   }
 
-  // (rows, head_dim) of one head of the tile's sequence.
+  // (rows, head_dim) of one head of the tile's sequence, from row `offset`
+  // of batch entry `batch` (varlen: of the one packed entry).
   template <class GlobalTensor>
   CUTE_DEVICE static auto sequence_rows(GlobalTensor const& m, int head, int batch, int offset) {
     if constexpr (kVarlen) {
       return domain_offset(make_coord(offset, _0{}), m(_, _, head, _0{}));
+    } else if constexpr (kKvCache) {
+      return domain_offset(make_coord(offset, _0{}), m(_, _, head, batch));
     } else {
       return m(_, _, head, batch);
+    }
+  }
+
+  // Paged KV: key block n_block of the tile's sequence into one stage of
+  // `s_tile` (K or V), one TMA box per kPageBoxRows keys, each from the page
+  // that holds them. Boxes past the sequence name a page past the cache, for
+  // which TMA delivers zeros (and the full byte count the stage expects).
+  template <class Tma, class SmemTensor>
+  CUTE_DEVICE static void load_paged_block(Params const& p, Tma const& tma, SmemTensor& s_tile,
+                                           uint64_t& barrier, FwdTile const& tile, int kv_head,
+                                           int n_block, int stage) {
+    constexpr int kBoxRows = Traits::kPageBoxRows;
+    Tensor m = tma.get_tma_tensor(make_shape(p.page_size, Int<kHeadDim>{},
+                                             p.heads_q / p.heads_per_kv_head, p.cache_batch));
+    int const* pages = p.page_table + tile.batch * p.page_table_stride;
+    CUTE_UNROLL
+    for (int box = 0; box < Traits::kBlockN / kBoxRows; ++box) {
+      int const key = n_block * Traits::kBlockN + box * kBoxRows;
+      int const page = key < tile.seqlen_k ? pages[key / p.page_size] : p.cache_batch;
+      Tensor g = local_tile(m(_, _, kv_head, page), typename Traits::PageBoxShape{},
+                            make_coord((key % p.page_size) / kBoxRows, _0{}));
+      Tensor s = make_tensor(make_smem_ptr(&s_tile(box * kBoxRows, 0, stage)),
+                             typename Traits::SmemLayoutPageBox{});
+      auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(s), group_modes<0, 2>(g));
+      copy(tma.with(barrier, 0), tg, ts);
     }
   }
 
@@ -110,14 +156,14 @@ struct FwdMainloop {
     int const kv_head = tile.head / p.heads_per_kv_head;
     Tensor gQ = local_tile(sequence_rows(mQ, tile.head, tile.batch, tile.offset_q),
                            select<0, 2>(TileShape{}), make_coord(tile.m_block, _0{}));  // (M, D)
-    Tensor gK = local_tile(sequence_rows(mK, kv_head, tile.batch, tile.offset_k),
+    Tensor gK = local_tile(sequence_rows(mK, kv_head, tile.kv_batch, tile.offset_k),
                            select<1, 2>(TileShape{}), make_coord(_, _0{}));  // (N, D, n_block)
     Tensor gV = [&] {
       if constexpr (Traits::kFp8) {  // (D, N, n_block) of V^T
         return local_tile(mV(_, _, kv_head, tile.batch), Shape<Int<kHeadDim>, Int<Traits::kBlockN>>{},
                           make_coord(_0{}, _));
       } else {
-        return local_tile(sequence_rows(mV, kv_head, tile.batch, tile.offset_k),
+        return local_tile(sequence_rows(mV, kv_head, tile.kv_batch, tile.offset_k),
                           select<1, 2>(TileShape{}), make_coord(_, _0{}));
       }
     }();
@@ -131,13 +177,26 @@ struct FwdMainloop {
 
     smem.barrier_q.arrive_and_expect_tx(Traits::kQBytes);
     copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.barrier_q), 0), tQgQ, tQsQ);
+    bool const paged = kKvCache && p.page_table != nullptr;
     for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
       pipeline_k.producer_acquire(write);
-      copy(p.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
-           tKsK(_, write.index()));
+      if constexpr (kKvCache) {
+        if (paged)
+          load_paged_block(p, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write), tile,
+                           kv_head, n_block, write.index());
+      }
+      if (!paged)
+        copy(p.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
+             tKsK(_, write.index()));
       pipeline_v.producer_acquire(write);
-      copy(p.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
-           tVsV(_, write.index()));
+      if constexpr (kKvCache) {
+        if (paged)
+          load_paged_block(p, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write), tile,
+                           kv_head, n_block, write.index());
+      }
+      if (!paged)
+        copy(p.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
+             tVsV(_, write.index()));
       ++write;
     }
   }

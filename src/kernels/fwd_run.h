@@ -18,6 +18,14 @@ namespace flash3::kernels {
 template <DType kDType, int kHeadDim>
 cudaError_t run_fwd(const ForwardParams& params, cudaStream_t stream);
 
+// The KV-cache kernel (instantiations/fwd_kvcache_<dtype>_hdim<d>.cu), for
+// 16-bit dtypes: params resolved as above, always a band (relative to each
+// batch entry's keys), cache_batch >= 1 and num_splits >= 1; num_splits > 1
+// writes the partial results into params.workspace (split_kv.h) and leaves
+// out and lse to the combine kernel.
+template <DType kDType, int kHeadDim>
+cudaError_t run_fwd_kvcache(const ForwardParams& params, cudaStream_t stream);
+
 // seqlen_k == 0: out = 0, lse = -inf or the sink (rows that see no key).
 // Fixed-length layout only (varlen callers pass their packed rows as one
 // sequence).

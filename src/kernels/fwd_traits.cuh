@@ -76,17 +76,24 @@ struct FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutKV, true> {
 // scales; fwd_kernel_params.cuh). kBanded: causal or sliding-window mask
 // (attention_mask.cuh). kVarlen: packed sequences of different lengths (fwd_kernel_params.cuh); always
 // banded, since each sequence's mask bounds are relative to its own lengths
-// (full attention is the band no row reaches the edge of).
-template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false>
+// (full attention is the band no row reaches the edge of). kKvCache: K / V
+// from a cache (per-batch key ranges, batch index, page table) and split-KV
+// (fwd_kernel_params.cuh); banded for the same reason as varlen.
+template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false,
+          bool kKvCache_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kBanded = kBanded_;
   static constexpr bool kVarlen = kVarlen_;
+  static constexpr bool kKvCache = kKvCache_;
   static_assert(kBanded || !kVarlen, "varlen kernels take the mask as a band");
+  static_assert(kBanded || !kKvCache, "KV-cache kernels take the mask as a band");
+  static_assert(!(kVarlen && kKvCache), "a KV cache is read with fixed-length queries");
   static constexpr bool kFp8 = sizeof(Element) == 1;
   using OutElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
   static_assert(!(kFp8 && kVarlen), "FP8 kernels take fixed-length batches");
+  static_assert(!(kFp8 && kKvCache), "FP8 kernels read no KV cache");
   static constexpr FwdTileConfig kTile = fwd_tile_config(kHeadDim, kFp8);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
@@ -139,6 +146,20 @@ struct FwdTraits {
                                       select<0, 2>(TileShape{}), _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutKV{}),
                                        select<1, 2>(TileShape{}), _1{}));
+  // Paged KV: a key block is loaded as boxes of kPageBoxRows rows, each from
+  // its own page, so any page size that is a multiple of it works (a box
+  // never straddles pages). A box is rows [r, r + kPageBoxRows) of a stage's
+  // K / V tile: starting on a whole 128-byte swizzle atom (8 rows), it has the
+  // tile's own layout.
+  static constexpr int kPageBoxRows = 16;
+  static_assert(kBlockN % kPageBoxRows == 0);
+  using PageBoxShape = Shape<Int<kPageBoxRows>, Int<kHeadDim>>;
+  using SmemLayoutPageBox = decltype(composition(
+      take<0, 2>(SmemLayoutKV{}), Layout<PageBoxShape, Stride<_1, Int<kBlockN>>>{}));
+  using TmaKVPage = std::conditional_t<
+      kKvCache,
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutPageBox{}, PageBoxShape{}, _1{})),
+      cute::tuple<>>;
   using GmemTensorV = typename VtLayout::template Gmem<GmemTensor>;
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensorV{},
                                       take<0, 2>(typename VtLayout::LoadSmem{}),

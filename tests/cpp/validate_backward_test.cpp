@@ -36,6 +36,16 @@ TEST(ValidateBackward, RefusesFp8) {
                "dtype: e4m3 (FP8) has a forward only; the backward takes bf16 or fp16");
 }
 
+TEST(ValidateBackward, RefusesKvCacheKeyCounts) {
+  // The forward reads seqused_k without varlen as a KV cache's key counts;
+  // the backward has no such path and must not ignore it.
+  BackwardParams p = valid_backward_params();
+  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
+  expect_error(p, Status::kUnsupported,
+               "seqused_k: only with varlen (cu_seqlens_q) in the backward (a KV cache's key "
+               "counts are forward only)");
+}
+
 TEST(ValidateBackward, AppliesTheForwardRules) {
   BackwardParams p = valid_backward_params();
   p.heads_kv = 3;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "host/split_kv.hpp"
 #include "host/window.hpp"
 #include "test_params.hpp"
 
@@ -372,10 +373,153 @@ TEST(Validate, VarlenCuSeqlensBothOrNeither) {
                "cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got cu_seqlens_q = "
                "0x600000, cu_seqlens_k = NULL");
   p = valid_params();
-  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
+  p.seqused_q = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
   expect_error(p, Status::kInvalidArgument,
-               "seqused_q / seqused_k: only with cu_seqlens_q and cu_seqlens_k (varlen); got "
-               "seqused_q = NULL, seqused_k = 0x800000");
+               "seqused_q: only with cu_seqlens_q and cu_seqlens_k (varlen); got 0x800000");
+  // Without varlen, seqused_k is a KV cache's per-batch key count.
+  p = valid_params();
+  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
+  expect_ok(p);
+}
+
+TEST(Validate, KvCacheRules) {
+  const auto* array = reinterpret_cast<const int32_t*>(uintptr_t{0x900000});
+  ForwardParams p = valid_params();
+  p.kv_batch_idx = array;
+  p.leftpad_k = array;
+  p.cache_batch = 7;
+  expect_ok(p);
+  p.cache_batch = -1;
+  expect_error(p, Status::kInvalidArgument, "cache_batch must be >= 0 (0: batch); got -1");
+  p = valid_varlen_params();
+  p.leftpad_k = array;
+  expect_error(p, Status::kUnsupported,
+               "leftpad_k: a KV cache is read with fixed-length queries; not supported with varlen "
+               "(cu_seqlens_q)");
+  p = valid_params(DType::kFloat8E4M3, 128);
+  p.page_table = array;
+  expect_error(p, Status::kUnsupported,
+               "page_table: the KV cache kernel takes bf16 or fp16; not supported with dtype e4m3 (FP8)");
+  p = valid_params();
+  p.kv_batch_idx = reinterpret_cast<const int32_t*>(uintptr_t{0x900002});
+  expect_error(p, Status::kInvalidArgument, "kv_batch_idx: pointer must be 4-byte aligned; got 0x900002");
+}
+
+TEST(Validate, PagedKvRules) {
+  ForwardParams p = valid_params();
+  p.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x900000});
+  p.page_size = 16;
+  p.cache_batch = 40;
+  p.page_table_stride = (p.seqlen_k + 15) / 16;
+  expect_ok(p);
+  ForwardParams q = p;
+  q.page_size = 24;
+  expect_error(q, Status::kUnsupported,
+               "page_size: multiples of 16 are supported (one TMA box of 16 keys never straddles "
+               "pages); got 24");
+  q = p;
+  q.page_size = 0;
+  expect_error(q, Status::kInvalidArgument, "page_size must be >= 1 with a page table; got 0");
+  q = p;
+  q.page_table_stride -= 1;
+  expect_error(q, Status::kInvalidArgument,
+               "page_table_stride must be >= ceil(seqlen_k / page_size) = " +
+                   std::to_string(p.page_table_stride) + " (pages per batch entry); got " +
+                   std::to_string(p.page_table_stride - 1));
+  q = p;
+  q.cache_batch = 0;
+  expect_error(q, Status::kInvalidArgument,
+               "cache_batch: the number of pages, must be >= 1 with a page table; got 0");
+  q = p;
+  q.leftpad_k = p.page_table;
+  expect_error(q, Status::kUnsupported,
+               "leftpad_k: not supported with a page table (page_table maps each batch entry's keys "
+               "to pages)");
+}
+
+TEST(Validate, SplitRules) {
+  ForwardParams p = valid_params();
+  p.num_splits = 129;
+  expect_error(p, Status::kInvalidArgument, "num_splits must be in [0, 128] (0: chosen, 1: no split); got 129");
+  p.num_splits = 3;
+  const size_t needed = flash3::host::split_workspace_bytes(p, 3);
+  EXPECT_EQ(needed, size_t{3} * p.batch * p.heads_q * p.seqlen_q * (p.head_dim + 1) * 4);
+  expect_error(p, Status::kInvalidArgument,
+               "workspace: expected device memory of at least " + std::to_string(needed) +
+                   " bytes (forward_workspace_size); got NULL");
+  p.workspace = reinterpret_cast<void*>(uintptr_t{0xA00000});
+  p.workspace_bytes = needed - 1;
+  expect_error(p, Status::kInvalidArgument,
+               "workspace_bytes: expected at least " + std::to_string(needed) +
+                   " (forward_workspace_size); got " + std::to_string(needed - 1));
+  p.workspace_bytes = needed;
+  expect_ok(p);
+  ForwardParams v = valid_varlen_params();
+  v.num_splits = 2;
+  expect_error(v, Status::kUnsupported,
+               "num_splits: split-KV takes bf16 or fp16 and fixed-length batches; not supported "
+               "with varlen (cu_seqlens_q); got 2");
+}
+
+TEST(SplitKv, Heuristic) {
+  using flash3::host::choose_splits;
+  EXPECT_EQ(choose_splits(32, 32, 132), 4);    // batch 1, 32 heads, 4k keys: one full wave
+  EXPECT_EQ(choose_splits(64, 32, 132), 2);
+  EXPECT_EQ(choose_splits(66, 32, 132), 1);    // already half the SMs
+  EXPECT_EQ(choose_splits(8, 32, 132), 16);    // by the keys: 2 blocks per split
+  EXPECT_EQ(choose_splits(1, 1000, 132), 128); // at most kMaxSplits
+  EXPECT_EQ(choose_splits(8, 3, 132), 1);
+  ForwardParams p = valid_params();
+  p.batch = 1;
+  p.seqlen_q = 1;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.seqlen_k = 4096;
+  EXPECT_EQ(flash3::host::resolve_splits(p, 132), 1);  // no workspace: no split
+  EXPECT_EQ(flash3::host::resolve_splits(p, 132, false), 4);
+  p.workspace = reinterpret_cast<void*>(uintptr_t{0xA00000});
+  p.workspace_bytes = flash3::host::split_workspace_bytes(p, 3);
+  EXPECT_EQ(flash3::host::resolve_splits(p, 132), 3);  // what the workspace holds
+  EXPECT_FALSE(flash3::host::uses_kv_cache_kernel(p, 1));
+  EXPECT_TRUE(flash3::host::uses_kv_cache_kernel(p, 2));
+}
+
+TEST(ValidateCombine, Rules) {
+  flash3::CombineParams c;
+  float buffer[4] = {};
+  c.out_partial = buffer;
+  c.lse_partial = buffer;
+  c.out.data = buffer;
+  c.num_splits = 3;
+  c.batch = 2;
+  c.seqlen = 1;
+  c.heads = 4;
+  c.head_dim = 128;
+  EXPECT_TRUE(flash3::host::validate_combine(c).ok());
+  flash3::CombineParams d = c;
+  d.head_dim = 512;
+  EXPECT_EQ(flash3::host::validate_combine(d).message, "head_dim: combine supports up to 256; got 512");
+  d = c;
+  d.out_dtype = DType::kFloat8E4M3;
+  EXPECT_EQ(flash3::host::validate_combine(d).message,
+            "out_dtype: expected fp16 (0), bf16 (1) or fp32 (3); got 2");
+  d = c;
+  d.num_splits = 0;
+  EXPECT_EQ(flash3::host::validate_combine(d).message, "num_splits must be >= 1; got 0");
+  d = c;
+  d.out_partial_stride[4] = 2;
+  EXPECT_EQ(flash3::host::validate_combine(d).message,
+            "out_partial: head_dim stride must be 1 (last dimension contiguous); got 2");
+  d = c;
+  d.lse_partial = nullptr;
+  EXPECT_EQ(flash3::host::validate_combine(d).message, "lse_partial: expected a non-null data pointer; got NULL");
+}
+
+TEST(Validate, Float32IsOnlyForCombine) {
+  ForwardParams p = valid_params();
+  p.dtype = DType::kFloat32;
+  const CheckResult r = validate_forward(p, all_built());
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
 }
 
 TEST(Validate, VarlenArraysAndTotals) {

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 import flash3  # noqa: E402
 from flash3 import flash_attn_interface as fai  # noqa: E402
@@ -59,5 +59,8 @@ def test_unimplemented_arguments_are_refused_by_name(argument, value):
 
 
 def test_unimplemented_functions_say_so():
-    with pytest.raises(flash3.Flash3Unsupported, match="flash_attn_with_kvcache"):
-        fai.flash_attn_with_kvcache(None, None, None)
+    with pytest.raises(flash3.Flash3Unsupported, match="get_scheduler_metadata"):
+        fai.get_scheduler_metadata(1, 1, 1)
+    q = torch.empty(1, 1, 2, 64, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(flash3.Flash3Unsupported, match="^k: not supported"):
+        fai.flash_attn_with_kvcache(q, q, q, k=q, v=q)

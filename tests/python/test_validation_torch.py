@@ -261,3 +261,26 @@ def test_autograd_registration_on_cpu(monkeypatch):
     calls.clear()
     flash3.flash_attn_func(q, k, v, sinks=sinks.detach()).sum().backward()
     assert calls[0][-1] is None
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_rotary_reference_is_a_complex_rotation(interleaved):
+    from flash3.reference import rotary_ref
+
+    batch, seqlen, heads, head_dim, rotary_dim = 2, 5, 3, 64, 32
+    x = torch.randn(batch, seqlen, heads, head_dim, dtype=torch.float64)
+    angles = torch.arange(40, dtype=torch.float64)[:, None] * torch.rand(rotary_dim // 2, dtype=torch.float64)
+    positions = torch.randint(0, 40, (batch, seqlen))
+    got = rotary_ref(x, torch.cos(angles), torch.sin(angles), positions, interleaved)
+    part = x[..., :rotary_dim]
+    if interleaved:
+        z = torch.complex(part[..., 0::2], part[..., 1::2])
+    else:
+        z = torch.complex(part[..., :rotary_dim // 2], part[..., rotary_dim // 2:])
+    z = z * torch.exp(1j * angles[positions]).unsqueeze(2)
+    if interleaved:
+        expected = torch.stack([z.real, z.imag], dim=-1).flatten(-2)
+    else:
+        expected = torch.cat([z.real, z.imag], dim=-1)
+    assert torch.allclose(got[..., :rotary_dim], expected, atol=1e-12)
+    assert torch.equal(got[..., rotary_dim:], x[..., rotary_dim:])

@@ -1,0 +1,264 @@
+"""Inference entry points: `flash_attn_with_kvcache` (FA3's argument names)
+over a KV cache, plain or paged, with split-KV decoding, and
+`flash_attn_combine`, the split merge on its own.
+
+The C library reads the cache as it is: per-batch key ranges (cache_seqlens,
+cache_leftpad), a batch index (cache_batch_idx) and a page table are device
+arrays the kernel follows, so a decode step does no host synchronization
+and can be captured in a CUDA graph. The steps are custom ops
+(`flash3::fwd_kvcache`, `flash3::combine`) with fakes for torch.compile.
+
+Not yet here (see docs/python.md): appending k, v into the cache with rotary
+embedding inside the kernel; varlen q (cu_seqlens_q); PackGQA; FP8 caches.
+"""
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from . import _lib
+from .ops import _ABI_DTYPE, _abi_scale, _abi_window, _check_sinks, _raw_stream, _sinks_as_fp32
+
+_INT32 = torch.int32
+_FLOAT32 = torch.float32
+_OUT_DTYPES = {torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16,
+               torch.float32: _lib.DType.FLOAT32}
+
+
+def _invalid(message):
+    return _lib.Flash3InvalidArgument(_lib.Status.INVALID_ARGUMENT, message)
+
+
+def _unsupported(message):
+    return _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, message)
+
+
+def _tensor(t):
+    return _lib.Tensor(t.data_ptr(), tuple(t.stride()))
+
+
+def _address(t):
+    return 0 if t is None else t.data_ptr()
+
+
+def _check_index(name, t, batch, device):
+    """An optional (batch,) int32 array on q's device."""
+    if t is None:
+        return
+    if t.dtype != _INT32 or t.shape != (batch,) or (batch and t.stride() != (1,)):
+        raise _invalid(f"{name}: expected a contiguous int32 tensor of shape ({batch},); got "
+                       f"{t.dtype} {tuple(t.shape)}")
+    if t.device != device:
+        raise _invalid(f"{name}: must be on q's device ({device}); got {t.device}")
+
+
+def _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+                   page_table, sinks, need_cuda):
+    """What the C ABI cannot see: devices, dtypes, and shapes agreeing
+    where it carries one value. Returns seqlen_k (the capacity per batch entry)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise _invalid(f"{name}: must be 4-d (batch, seqlen, heads, headdim); got shape "
+                           f"{tuple(t.shape)}")
+        if t.device != q.device:
+            raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
+    if need_cuda and q.device.type != "cuda":
+        raise _invalid(f"q: must be a CUDA tensor; got device {q.device}")
+    if q.dtype not in _ABI_DTYPE:
+        raise _invalid(f"q: dtype must be torch.float16 or torch.bfloat16; got {q.dtype}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
+    if v_cache.shape != k_cache.shape:
+        raise _invalid(f"v_cache: shape must equal k_cache's {tuple(k_cache.shape)}; got "
+                       f"{tuple(v_cache.shape)}")
+    if k_cache.shape[3] != q.shape[3]:
+        raise _invalid(f"k_cache: head_dim must equal q's ({q.shape[3]}); got {k_cache.shape[3]}")
+    batch = q.shape[0]
+    for name, t in (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
+                    ("cache_leftpad", cache_leftpad)):
+        _check_index(name, t, batch, q.device)
+    _check_sinks(sinks, q)
+    if page_table is None:
+        if cache_batch_idx is None and k_cache.shape[0] != batch:
+            raise _invalid(f"k_cache: batch must equal q's ({batch}) without cache_batch_idx; "
+                           f"got {k_cache.shape[0]}")
+        return k_cache.shape[1]
+    if (page_table.dtype != _INT32 or page_table.dim() != 2 or page_table.shape[0] != batch
+            or (page_table.numel() and page_table.stride(1) != 1)):
+        raise _invalid(f"page_table: expected an int32 tensor (batch, max_pages) = ({batch}, ...) "
+                       f"with contiguous rows; got {page_table.dtype} {tuple(page_table.shape)}")
+    if page_table.device != q.device:
+        raise _invalid(f"page_table: must be on q's device ({q.device}); got {page_table.device}")
+    return page_table.shape[1] * k_cache.shape[1]
+
+
+def _empty_outputs(q):
+    batch, seqlen_q, heads_q, _ = q.shape
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty((batch, heads_q, seqlen_q), dtype=_FLOAT32, device=q.device))
+
+
+@torch.library.custom_op("flash3::fwd_kvcache", mutates_args=())
+def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    cache_seqlens: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
+                    cache_leftpad: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
+                    softmax_scale: Optional[float], causal: bool, window_left: int,
+                    window_right: int, softcap: float, sinks: Optional[torch.Tensor],
+                    num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of q over the cache: (out like q, lse (b, hq, sq) fp32)."""
+    seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
+                              cache_leftpad, page_table, sinks, need_cuda=True)
+    out, lse = _empty_outputs(q)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    paged = page_table is not None
+    params = _lib.FwdParams(
+        q=_tensor(q), k=_tensor(k_cache), v=_tensor(v_cache), out=_tensor(out),
+        lse=ctypes.cast(lse.data_ptr(), ctypes.POINTER(ctypes.c_float)),
+        dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        num_heads_q=heads_q, num_heads_kv=k_cache.shape[2], head_dim=head_dim,
+        softmax_scale=_abi_scale(softmax_scale), causal=1 if causal else 0,
+        window_left=window_left, window_right=window_right, softcap=float(softcap),
+        sinks=_address(sinks), seqused_k=_address(cache_seqlens),
+        kv_batch_idx=_address(cache_batch_idx), leftpad_k=_address(cache_leftpad),
+        page_table=_address(page_table), page_table_stride=page_table.stride(0) if paged else 0,
+        page_size=k_cache.shape[1] if paged else 0, cache_batch=k_cache.shape[0],
+        num_splits=num_splits)
+    device = q.get_device()
+    with torch.cuda.device(device):
+        bytes_needed = _lib.fwd_workspace_size(params)
+        workspace = q.new_empty((bytes_needed,), dtype=torch.uint8) if bytes_needed else None
+        if workspace is not None:
+            params.workspace = workspace.data_ptr()
+            params.workspace_bytes = bytes_needed
+        _lib.fwd(params, _raw_stream(device))
+    return out, lse
+
+
+@_fwd_kvcache_op.register_fake
+def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+                      page_table, softmax_scale, causal, window_left, window_right, softcap,
+                      sinks, num_splits):
+    _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+                   page_table, sinks, need_cuda=False)
+    _abi_scale(softmax_scale)
+    return _empty_outputs(q)
+
+
+def _cache_seqlens_tensor(cache_seqlens, q):
+    # FA's API also takes one int for every batch entry.
+    if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
+        return cache_seqlens
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        return torch.full((q.shape[0],), cache_seqlens, dtype=_INT32, device=q.device)
+    raise _invalid(f"cache_seqlens: expected an int, an int32 tensor (batch,) or None; got "
+                   f"{type(cache_seqlens).__name__}")
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                            max_seqlen_q=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            num_splits=0, pack_gqa=None, return_softmax_lse=False, sinks=None,
+                            return_lse=None):
+    """Attention of q (batch, seqlen_q, heads_q, head_dim) over a KV cache.
+
+    k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, head_dim), or with
+    page_table (num_pages, page_size, heads_kv, head_dim) with page_size a
+    multiple of 16 and page_table (batch, max_pages) int32: key j of batch
+    entry b is row j % page_size of page page_table[b, j // page_size].
+    cache_seqlens: int or (batch,) int32, keys used per batch entry (default:
+    the whole cache); cache_leftpad: (batch,) int32, the first key used;
+    cache_batch_idx: (batch,) int32, the cache entry each batch entry reads.
+    Cache rows past cache_seqlens in the last key block are read and masked:
+    they must be finite (e.g. a cache made with torch.zeros).
+    causal and window_size align to the end of each entry's keys, as in FA.
+    num_splits: split-KV; 0 chooses (more splits when batch x heads is small),
+    1 none. Returns out (like q), or (out, lse) with lse (batch, heads_q,
+    seqlen_q) fp32 when return_softmax_lse (FA3's name) or return_lse.
+    """
+    for name, value in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
+                        ("rotary_sin", rotary_sin), ("cu_seqlens_q", cu_seqlens_q)):
+        if value is not None:
+            raise _unsupported(f"{name}: not supported by flash3's kvcache path yet (appending "
+                               f"to the cache with rotary, and varlen q, are planned)")
+    del max_seqlen_q, rotary_interleaved, pack_gqa  # meaningful only with the above
+    if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
+        raise _invalid(f"num_splits: expected an int >= 0 (0: chosen); got {num_splits!r}")
+    window_left, window_right = _abi_window(window_size)
+    out, lse = _fwd_kvcache_op(q, k_cache, v_cache, _cache_seqlens_tensor(cache_seqlens, q),
+                               cache_batch_idx, cache_leftpad, page_table, softmax_scale,
+                               bool(causal), window_left, window_right, float(softcap),
+                               _sinks_as_fp32(sinks), num_splits)
+    want_lse = return_softmax_lse if return_lse is None else return_lse
+    return (out, lse) if want_lse else out
+
+
+def _check_combine(out_partial, lse_partial, out_dtype, need_cuda):
+    if out_partial.dim() != 5 or out_partial.dtype != _FLOAT32:
+        raise _invalid(f"out_partial: expected a float32 tensor (num_splits, batch, seqlen, "
+                       f"heads, head_dim); got {out_partial.dtype} {tuple(out_partial.shape)}")
+    expected = tuple(out_partial.shape[:4])
+    if lse_partial.dtype != _FLOAT32 or tuple(lse_partial.shape) != expected:
+        raise _invalid(f"lse_partial: expected a float32 tensor (num_splits, batch, seqlen, "
+                       f"heads) = {expected}; got {lse_partial.dtype} {tuple(lse_partial.shape)}")
+    if lse_partial.device != out_partial.device:
+        raise _invalid(f"lse_partial: must be on out_partial's device ({out_partial.device}); "
+                       f"got {lse_partial.device}")
+    if need_cuda and out_partial.device.type != "cuda":
+        raise _invalid(f"out_partial: must be a CUDA tensor; got device {out_partial.device}")
+    if out_dtype not in _OUT_DTYPES:
+        raise _invalid(f"out_dtype: expected torch.float16, torch.bfloat16 or torch.float32; "
+                       f"got {out_dtype}")
+
+
+def _empty_combined(out_partial, out_dtype):
+    _, batch, seqlen, heads, head_dim = out_partial.shape
+    device = out_partial.device
+    return (torch.empty((batch, seqlen, heads, head_dim), dtype=out_dtype, device=device),
+            torch.empty((batch, heads, seqlen), dtype=_FLOAT32, device=device))
+
+
+@torch.library.custom_op("flash3::combine", mutates_args=())
+def _combine_op(out_partial: torch.Tensor, lse_partial: torch.Tensor,
+                out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split-KV merge: (out (b, s, h, d) of out_dtype, lse (b, h, s) fp32)."""
+    _check_combine(out_partial, lse_partial, out_dtype, need_cuda=True)
+    if out_partial.stride(-1) != 1:
+        out_partial = out_partial.contiguous()
+    out, lse = _empty_combined(out_partial, out_dtype)
+    splits, batch, seqlen, heads, head_dim = out_partial.shape
+    params = _lib.CombineParams(
+        out_partial=out_partial.data_ptr(), out_partial_stride=tuple(out_partial.stride()),
+        lse_partial=lse_partial.data_ptr(), lse_partial_stride=tuple(lse_partial.stride()),
+        out=_tensor(out), out_dtype=_OUT_DTYPES[out_dtype], num_splits=splits,
+        lse=lse.data_ptr(), batch=batch, seqlen=seqlen, num_heads=heads, head_dim=head_dim)
+    device = out_partial.get_device()
+    with torch.cuda.device(device):
+        _lib.combine(params, _raw_stream(device))
+    return out, lse
+
+
+@_combine_op.register_fake
+def _combine_fake(out_partial, lse_partial, out_dtype):
+    _check_combine(out_partial, lse_partial, out_dtype, need_cuda=False)
+    return _empty_combined(out_partial, out_dtype)
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, return_lse=False):
+    """Merge split-KV partial results as FA3's flash_attn_combine does:
+    out_partial (num_splits, batch, seqlen, heads, head_dim) fp32, each
+    split's normalized output, and lse_partial (num_splits, batch, seqlen,
+    heads) fp32, its natural-log LSE (-inf for a split that saw no key).
+    Returns out (batch, seqlen, heads, head_dim) in out_dtype (default fp32),
+    written into `out` when given; with return_lse also lse (batch, heads,
+    seqlen) fp32."""
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else _FLOAT32
+    result, lse = _combine_op(out_partial, lse_partial, out_dtype)
+    if out is not None:
+        out.copy_(result)
+        result = out
+    return (result, lse) if return_lse else result

@@ -1,0 +1,50 @@
+#include "split_kv.hpp"
+
+#include <algorithm>
+
+#include "kernels/split_kv.h"
+#include "kernels/tile_config.h"
+
+namespace flash3::host {
+namespace {
+
+bool splittable(const ForwardParams& p) {
+  return p.dtype != DType::kFloat8E4M3 && p.cu_seqlens_q == nullptr;
+}
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+bool uses_kv_cache_kernel(const ForwardParams& p, int splits) {
+  if (p.cu_seqlens_q != nullptr) return false;
+  return splits > 1 || p.seqused_k != nullptr || p.kv_batch_idx != nullptr ||
+         p.leftpad_k != nullptr || p.page_table != nullptr;
+}
+
+int choose_splits(long long ctas, int key_blocks, int sms) {
+  if (ctas <= 0 || sms <= 0 || 2 * ctas >= sms) return 1;
+  long long const per_wave = sms / ctas;
+  long long const by_keys = key_blocks / kMinBlocksPerSplit;
+  return int(std::max(1LL, std::min({per_wave, by_keys, static_cast<long long>(kMaxSplits)})));
+}
+
+size_t split_workspace_bytes(const ForwardParams& p, int splits) {
+  if (splits <= 1) return 0;
+  return kernels::split_workspace_bytes(splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+}
+
+int resolve_splits(const ForwardParams& p, int sms, bool limit_to_workspace) {
+  if (!splittable(p)) return 1;
+  if (p.num_splits >= 1) return p.num_splits;
+  kernels::FwdTileConfig const tile = kernels::fwd_tile_config(p.head_dim);
+  long long const ctas = static_cast<long long>(ceil_div(p.seqlen_q, tile.block_m)) * p.heads_q * p.batch;
+  int splits = choose_splits(ctas, ceil_div(p.seqlen_k, tile.block_n), sms);
+  if (!limit_to_workspace) return splits;
+  if (p.workspace == nullptr) return 1;
+  size_t const per_split = split_workspace_bytes(p, 2) / 2;
+  if (per_split > 0) splits = int(std::min<size_t>(splits, p.workspace_bytes / per_split));
+  return std::max(splits, 1);
+}
+
+}  // namespace flash3::host

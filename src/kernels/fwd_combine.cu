@@ -1,0 +1,148 @@
+// Split-KV combine (flash-decoding's second pass): each split s of a query
+// row's keys left a normalized partial output o_s and its log-sum-exp l_s;
+// the row's result is sum_s exp(l_s - l) o_s with l = log(sum_s exp(l_s))
+// (plus the sink's exp in the sum). Memory-bound and small next to the
+// attention pass, so one warp per row with plain coalesced loads suffices.
+#include <cuda_runtime_api.h>
+
+#include <cutlass/bfloat16.h>
+#include <cutlass/half.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/fwd_combine_run.h"
+
+namespace flash3::kernels {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kLanes = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+// Each lane holds head-dim elements lane, lane + 32, ...
+constexpr int kMaxPerLane = kCombineMaxHeadDim / kLanes;
+
+struct CombineKernelParams {
+  float const* out_partial;
+  int64_t out_partial_stride[5];  // split, batch, row, head, dim
+  float const* lse_partial;
+  int64_t lse_partial_stride[4];  // split, batch, row, head
+  void* out;
+  int64_t out_stride[3];          // batch, row, head (dim contiguous)
+  float* lse;                     // (batch, heads, seqlen) or null
+  float const* sinks;
+  int num_splits;
+  int seqlen;
+  int heads;
+  int head_dim;
+  int64_t rows;                   // batch * seqlen * heads
+};
+
+__device__ float warp_max(float x) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2)
+    x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
+  return x;
+}
+
+__device__ float warp_sum(float x) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
+  return x;
+}
+
+// One warp per (batch, row, head), heads fastest so that neighbouring warps
+// write neighbouring output.
+template <class Out>
+__global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
+    fwd_combine_kernel(CombineKernelParams const p) {
+  int64_t const index = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kLanes;
+  if (index >= p.rows) return;
+  int const lane = threadIdx.x % kLanes;
+  int const head = int(index % p.heads);
+  int const row = int(index / p.heads % p.seqlen);
+  int const batch = int(index / p.heads / p.seqlen);
+
+  float const* lse_row = p.lse_partial + batch * p.lse_partial_stride[1] +
+                         row * p.lse_partial_stride[2] + head * p.lse_partial_stride[3];
+  auto split_lse = [&](int s) { return lse_row[s * p.lse_partial_stride[0]]; };
+  float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
+  float row_max = sink;
+  for (int s = lane; s < p.num_splits; s += kLanes) row_max = fmaxf(row_max, split_lse(s));
+  row_max = warp_max(row_max);
+
+  Out* out = static_cast<Out*>(p.out) + batch * p.out_stride[0] + row * p.out_stride[1] +
+             head * p.out_stride[2];
+  float* lse_out = p.lse == nullptr
+                       ? nullptr
+                       : p.lse + (int64_t(batch) * p.heads + head) * p.seqlen + row;
+  if (row_max == -INFINITY) {  // no split saw a key, and no sink
+    for (int d = lane; d < p.head_dim; d += kLanes) out[d] = Out(0.f);
+    if (lse_out != nullptr && lane == 0) *lse_out = -INFINITY;
+    return;
+  }
+  float sum = 0.f;
+  for (int s = lane; s < p.num_splits; s += kLanes) sum += expf(split_lse(s) - row_max);
+  sum = warp_sum(sum) + expf(sink - row_max);
+  float const lse = row_max + logf(sum);
+
+  float acc[kMaxPerLane] = {};
+  float const* out_row = p.out_partial + batch * p.out_partial_stride[1] +
+                         row * p.out_partial_stride[2] + head * p.out_partial_stride[3];
+  for (int first = 0; first < p.num_splits; first += kLanes) {
+    int const mine = first + lane;
+    float const my_weight = mine < p.num_splits ? expf(split_lse(mine) - lse) : 0.f;
+    int const count = min(kLanes, p.num_splits - first);
+    for (int i = 0; i < count; ++i) {
+      float const weight = __shfl_sync(kFullMask, my_weight, i);
+      // The same for the whole warp. A split with no weight (one that saw no
+      // key) is not read, so whatever it holds cannot leak in as 0 * NaN.
+      if (weight == 0.f) continue;
+      float const* o = out_row + (first + i) * p.out_partial_stride[0];
+#pragma unroll
+      for (int j = 0; j < kMaxPerLane; ++j) {
+        int const d = lane + j * kLanes;
+        if (d < p.head_dim) acc[j] += weight * o[d];
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    int const d = lane + j * kLanes;
+    if (d < p.head_dim) out[d] = Out(acc[j]);
+  }
+  if (lse_out != nullptr && lane == 0) *lse_out = lse;
+}
+
+template <class Out>
+cudaError_t launch(CombineKernelParams const& kp, cudaStream_t stream) {
+  auto const blocks = static_cast<unsigned>((kp.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  fwd_combine_kernel<Out><<<blocks, kWarpsPerBlock * kLanes, 0, stream>>>(kp);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t run_combine(CombineParams const& p, cudaStream_t stream) {
+  CombineKernelParams kp{};
+  kp.out_partial = p.out_partial;
+  for (int i = 0; i < 5; ++i) kp.out_partial_stride[i] = p.out_partial_stride[i];
+  kp.lse_partial = p.lse_partial;
+  for (int i = 0; i < 4; ++i) kp.lse_partial_stride[i] = p.lse_partial_stride[i];
+  kp.out = p.out.data;
+  for (int i = 0; i < 3; ++i) kp.out_stride[i] = p.out.stride[i];
+  kp.lse = p.lse;
+  kp.sinks = p.sinks;
+  kp.num_splits = p.num_splits;
+  kp.seqlen = p.seqlen;
+  kp.heads = p.heads;
+  kp.head_dim = p.head_dim;
+  kp.rows = int64_t(p.batch) * p.seqlen * p.heads;
+  switch (p.out_dtype) {
+    case DType::kBFloat16: return launch<cutlass::bfloat16_t>(kp, stream);
+    case DType::kFloat16: return launch<cutlass::half_t>(kp, stream);
+    case DType::kFloat32: return launch<float>(kp, stream);
+    case DType::kFloat8E4M3: break;
+  }
+  return cudaErrorInvalidValue;  // validation admits only the three above
+}
+
+}  // namespace flash3::kernels

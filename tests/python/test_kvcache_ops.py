@@ -1,0 +1,80 @@
+"""flash_attn_with_kvcache and flash_attn_combine without a GPU: schemas,
+fakes (meta tensors, torch.compile fullgraph) and the Python-side checks."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flash3  # noqa: E402
+from flash3 import kvcache  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+def meta(*shape, dtype=BF16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def test_op_schemas():
+    assert str(torch.ops.flash3.fwd_kvcache.default._schema) == (
+        "flash3::fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens, "
+        "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? page_table, "
+        "float? softmax_scale, bool causal, SymInt window_left, SymInt window_right, "
+        "float softcap, Tensor? sinks, SymInt num_splits) -> (Tensor, Tensor)")
+    assert str(torch.ops.flash3.combine.default._schema) == (
+        "flash3::combine(Tensor out_partial, Tensor lse_partial, ScalarType out_dtype) "
+        "-> (Tensor, Tensor)")
+
+
+def test_fake_shapes_plain_and_paged():
+    q = meta(3, 1, 32, 128)
+    cache = meta(5, 4096, 8, 128)
+    seqlens = meta(3, dtype=torch.int32)
+    out, lse = flash3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=seqlens,
+                                              cache_batch_idx=seqlens, causal=True,
+                                              return_softmax_lse=True)
+    assert out.shape == q.shape and out.dtype == BF16 and lse.shape == (3, 32, 1)
+    pages = meta(100, 16, 8, 128)
+    table = meta(3, 20, dtype=torch.int32)
+    assert flash3.flash_attn_with_kvcache(q, pages, pages, page_table=table,
+                                          cache_seqlens=7).shape == q.shape
+
+
+def test_checks_name_the_argument():
+    q = meta(2, 1, 4, 64)
+    cache = meta(2, 100, 2, 64)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="cache_seqlens: expected a contiguous int32"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=meta(3, dtype=torch.int32))
+    with pytest.raises(flash3.Flash3InvalidArgument, match="k_cache: batch must equal q's"):
+        flash3.flash_attn_with_kvcache(q, cache[:1], cache[:1])
+    with pytest.raises(flash3.Flash3InvalidArgument, match="page_table: expected an int32"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, page_table=meta(2, 3))
+    with pytest.raises(flash3.Flash3InvalidArgument, match="v_cache: shape"):
+        flash3.flash_attn_with_kvcache(q, cache, cache[:, :50])
+    with pytest.raises(flash3.Flash3InvalidArgument, match="num_splits"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, num_splits=-1)
+    with pytest.raises(flash3.Flash3Unsupported, match="rotary_cos"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q)
+
+
+def test_combine_fake_and_checks():
+    out_partial = meta(4, 2, 3, 8, 128, dtype=torch.float32)
+    lse_partial = meta(4, 2, 3, 8, dtype=torch.float32)
+    out, lse = flash3.flash_attn_combine(out_partial, lse_partial, out_dtype=BF16, return_lse=True)
+    assert out.shape == (2, 3, 8, 128) and out.dtype == BF16 and lse.shape == (2, 8, 3)
+    assert flash3.flash_attn_combine(out_partial, lse_partial).dtype == torch.float32
+    with pytest.raises(flash3.Flash3InvalidArgument, match="lse_partial: expected"):
+        flash3.flash_attn_combine(out_partial, lse_partial[:, :1])
+    with pytest.raises(flash3.Flash3InvalidArgument, match="out_dtype"):
+        flash3.flash_attn_combine(out_partial, lse_partial, out_dtype=torch.int8)
+
+
+def test_compile_fullgraph():
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def decode(q, k_cache, v_cache, seqlens):
+        return kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                               causal=True, return_lse=True)
+
+    q, cache = meta(2, 1, 8, 128), meta(2, 512, 2, 128)
+    out, lse = decode(q, cache, cache, meta(2, dtype=torch.int32))
+    assert out.shape == q.shape and lse.shape == (2, 8, 1)
