@@ -125,13 +125,14 @@ def rotary_ref(x, cos, sin, positions, interleaved=True):
     x (batch, seqlen, heads, headdim); cos, sin (max_position, rotary_dim / 2);
     positions (batch, seqlen) integers. The first rotary_dim dims of each
     head rotate, the rest pass through. interleaved: pairs (0, 1), (2, 3), ...
-    (GPT-J); otherwise (i, i + rotary_dim / 2) (GPT-NeoX). Computed in fp32,
-    returned in x's dtype."""
+    (GPT-J); otherwise (i, i + rotary_dim / 2) (GPT-NeoX). Computed in fp32
+    (fp64 inputs in fp64), returned in x's dtype."""
     half = cos.shape[-1]
     rotary_dim = 2 * half
-    c = cos[positions].float().unsqueeze(2)  # (batch, seqlen, 1, half)
-    s = sin[positions].float().unsqueeze(2)
-    rotated = x[..., :rotary_dim].float()
+    compute = torch.promote_types(x.dtype, torch.float32)
+    c = cos[positions].to(compute).unsqueeze(2)  # (batch, seqlen, 1, half)
+    s = sin[positions].to(compute).unsqueeze(2)
+    rotated = x[..., :rotary_dim].to(compute)
     if interleaved:
         first, second = rotated[..., 0::2], rotated[..., 1::2]
     else:

@@ -255,7 +255,7 @@ def test_torch_compile_and_cuda_graph_equal_eager():
 
     def attend_fa3(q, k, v, descale):
         return fa3_func(q.to(E4M3), k.to(E4M3), v.to(E4M3), k_descale=descale,
-                        v_descale=descale, causal=True, return_lse=True)
+                        v_descale=descale, causal=True, return_attn_probs=True)
 
     eager = attend(q, k, v), attend_fa3(q, k, v, descale)
     compiled = (torch.compile(attend, fullgraph=True)(q, k, v),
