@@ -2,8 +2,6 @@
 // device and pointer checks -> default scale, resolved window -> row statistics (which also
 // zero dQ's accumulator) -> dsinks -> main kernel and dQ conversion.
 #include <cmath>
-#include <exception>
-#include <new>
 #include <optional>
 
 #include "bwd_workspace.hpp"
@@ -130,15 +128,7 @@ FLASH3_CXX_EXPORT size_t backward_workspace_size(const BackwardParams& params) {
 }
 
 FLASH3_CXX_EXPORT Status backward(const BackwardParams& params, cudaStream_t stream) {
-  try {
-    return backward_checked(params, stream);
-  } catch (const std::bad_alloc&) {
-    return host::record(Status::kInternal, "flash3: out of host memory");
-  } catch (const std::exception& e) {
-    return host::record(Status::kInternal, e.what());
-  } catch (...) {
-    return host::record(Status::kInternal, "flash3 internal error: unknown exception");
-  }
+  return host::never_throws([&] { return backward_checked(params, stream); });
 }
 
 }  // namespace flash3

@@ -1,7 +1,5 @@
 // flash3::combine: validate -> (no-op?) -> device and pointer checks -> the
 // combine kernel (the same one forward() runs after split-KV).
-#include <exception>
-#include <new>
 
 #include "device_check.hpp"
 #include "export.hpp"
@@ -32,15 +30,7 @@ Status combine_checked(const CombineParams& params, cudaStream_t stream) {
 }  // namespace
 
 FLASH3_CXX_EXPORT Status combine(const CombineParams& params, cudaStream_t stream) {
-  try {
-    return combine_checked(params, stream);
-  } catch (const std::bad_alloc&) {
-    return host::record(Status::kInternal, "flash3: out of host memory");
-  } catch (const std::exception& e) {
-    return host::record(Status::kInternal, e.what());
-  } catch (...) {
-    return host::record(Status::kInternal, "flash3 internal error: unknown exception");
-  }
+  return host::never_throws([&] { return combine_checked(params, stream); });
 }
 
 }  // namespace flash3

@@ -2,8 +2,6 @@
 // default scale, resolved window -> dispatch to the (dtype, head dim)
 // instantiation (or, without keys, the kernel that writes zeros).
 #include <cmath>
-#include <exception>
-#include <new>
 #include <optional>
 
 #include "device_check.hpp"
@@ -217,16 +215,7 @@ FLASH3_CXX_EXPORT size_t forward_workspace_size(const ForwardParams& params) {
 }
 
 FLASH3_CXX_EXPORT Status forward(const ForwardParams& params, cudaStream_t stream) {
-  // The C++ API never throws: anything escaping is turned into a status here.
-  try {
-    return forward_checked(params, stream);
-  } catch (const std::bad_alloc&) {
-    return host::record(Status::kInternal, "flash3: out of host memory");
-  } catch (const std::exception& e) {
-    return host::record(Status::kInternal, e.what());
-  } catch (...) {
-    return host::record(Status::kInternal, "flash3 internal error: unknown exception");
-  }
+  return host::never_throws([&] { return forward_checked(params, stream); });
 }
 
 }  // namespace flash3

@@ -1,7 +1,5 @@
 // flash3::quantize_fp8: validate -> (no-op?) -> device and pointer checks ->
 // the quantize kernels (fp8_quantize.cu).
-#include <exception>
-#include <new>
 
 #include "device_check.hpp"
 #include "export.hpp"
@@ -33,15 +31,7 @@ Status quantize_fp8_checked(const QuantizeFp8Params& params, cudaStream_t stream
 }  // namespace
 
 FLASH3_CXX_EXPORT Status quantize_fp8(const QuantizeFp8Params& params, cudaStream_t stream) {
-  try {
-    return quantize_fp8_checked(params, stream);
-  } catch (const std::bad_alloc&) {
-    return host::record(Status::kInternal, "flash3: out of host memory");
-  } catch (const std::exception& e) {
-    return host::record(Status::kInternal, e.what());
-  } catch (...) {
-    return host::record(Status::kInternal, "flash3 internal error: unknown exception");
-  }
+  return host::never_throws([&] { return quantize_fp8_checked(params, stream); });
 }
 
 }  // namespace flash3
