@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/pack_gqa.h"
 #include "kernels/split_kv.h"
 #include "kernels/tile_config.h"
 
@@ -14,12 +15,19 @@ bool splittable(const ForwardParams& p) {
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// PackGQA (only the KV-cache kernel packs; FP8 has none).
+int pack_gqa(const ForwardParams& p) {
+  if (!splittable(p) || p.heads_kv <= 0) return 1;
+  return kernels::pack_gqa_factor(p.seqlen_q, p.heads_q / p.heads_kv,
+                                  kernels::fwd_tile_config(p.head_dim).block_m);
+}
+
 }  // namespace
 
 bool uses_kv_cache_kernel(const ForwardParams& p, int splits) {
   if (p.cu_seqlens_q != nullptr) return false;
   return splits > 1 || p.seqused_k != nullptr || p.kv_batch_idx != nullptr ||
-         p.leftpad_k != nullptr || p.page_table != nullptr;
+         p.leftpad_k != nullptr || p.page_table != nullptr || pack_gqa(p) > 1;
 }
 
 int choose_splits(long long ctas, int key_blocks, int sms) {
@@ -38,7 +46,10 @@ int resolve_splits(const ForwardParams& p, int sms, bool limit_to_workspace) {
   if (!splittable(p)) return 1;
   if (p.num_splits >= 1) return p.num_splits;
   kernels::FwdTileConfig const tile = kernels::fwd_tile_config(p.head_dim);
-  long long const ctas = static_cast<long long>(ceil_div(p.seqlen_q, tile.block_m)) * p.heads_q * p.batch;
+  int const pack = pack_gqa(p);
+  long long const ctas =
+      (static_cast<long long>(p.seqlen_q) * pack + tile.block_m - 1) / tile.block_m *
+      (p.heads_q / pack) * p.batch;
   int splits = choose_splits(ctas, ceil_div(p.seqlen_k, tile.block_n), sms);
   if (!limit_to_workspace) return splits;
   if (p.workspace == nullptr) return 1;

@@ -15,7 +15,8 @@ inline constexpr int kMaxSplits = 128;
 inline constexpr int kMinBlocksPerSplit = 2;
 
 // K / V through the KV-cache kernel: cache arrays (seqused_k without varlen,
-// kv_batch_idx, leftpad_k, page_table), or `splits` > 1.
+// kv_batch_idx, leftpad_k, page_table), `splits` > 1, or GQA that PackGQA
+// packs (kernels/pack_gqa.h: few query rows per head).
 bool uses_kv_cache_kernel(const ForwardParams& params, int splits);
 
 // num_splits = 0's choice for `ctas` CTAs without splits, each over

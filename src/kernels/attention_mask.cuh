@@ -8,6 +8,10 @@
 // int32 arithmetic here. Kernels pass key_lo / key_hi straight from their
 // parameters: SASS reads them from the constant bank, which keeps the
 // banded mask from costing registers in the mainloops.
+//
+// kPacked (PackGQA, pack_gqa.h): the tile's rows are query rows times
+// `pack` heads, row r being query r / pack; seqlen_q counts queries, the
+// rows are seqlen_q * pack.
 #pragma once
 #include <cute/tensor.hpp>
 
@@ -18,14 +22,17 @@ namespace flash3::kernels {
 
 using namespace cute;
 
-template <bool kBanded, int kBlockM, int kBlockN>
+template <bool kBanded, int kBlockM, int kBlockN, bool kPacked = false>
 struct AttentionMask {
   int seqlen_q;
   int seqlen_k;
   int key_lo;  // banded only
   int key_hi;  // banded only
+  int pack = 1;  // kPacked only
+  CUTE_HOST_DEVICE int rows() const { return kPacked ? seqlen_q * pack : seqlen_q; }
+  CUTE_HOST_DEVICE int query(int row) const { return kPacked ? row / pack : row; }
   CUTE_HOST_DEVICE int n_blocks() const { return ceil_div(seqlen_k, kBlockN); }
-  CUTE_HOST_DEVICE int m_blocks() const { return ceil_div(seqlen_q, kBlockM); }
+  CUTE_HOST_DEVICE int m_blocks() const { return ceil_div(rows(), kBlockM); }
 
   // Key blocks [n_block_begin(m), n_block_end(m)) are exactly those holding a
   // key some row of m_block sees, and query blocks [m_block_begin(n),
@@ -38,7 +45,7 @@ struct AttentionMask {
     if constexpr (!kBanded) {
       return 0;
     } else {
-      int const first_key = m_block * kBlockM + key_lo;
+      int const first_key = query(m_block * kBlockM) + key_lo;
       return first_key > seqlen_k - 1 ? n_blocks() : max(first_key, 0) / kBlockN;
     }
   }
@@ -46,12 +53,13 @@ struct AttentionMask {
     if constexpr (!kBanded) {
       return n_blocks();
     } else {
-      int const last_row = min((m_block + 1) * kBlockM, seqlen_q) - 1;
+      int const last_row = query(min((m_block + 1) * kBlockM, rows()) - 1);
       int const last_key = last_row + key_hi;
       return last_key < 0 ? 0 : min(n_blocks(), last_key / kBlockN + 1);
     }
   }
   CUTE_HOST_DEVICE int m_block_begin(int n_block) const {
+    static_assert(!kPacked, "the backward walks unpacked query blocks");
     if constexpr (!kBanded) {
       return 0;
     } else {
@@ -60,6 +68,7 @@ struct AttentionMask {
     }
   }
   CUTE_HOST_DEVICE int m_block_end(int n_block) const {
+    static_assert(!kPacked, "the backward walks unpacked query blocks");
     if constexpr (!kBanded) {
       return m_blocks();
     } else {
@@ -77,11 +86,11 @@ struct AttentionMask {
     if constexpr (!kBanded) {
       return past_end;
     } else {
-      return past_end || (n_block + 1) * kBlockN - 1 > m_block * kBlockM + key_hi;
+      return past_end || (n_block + 1) * kBlockN - 1 > query(m_block * kBlockM) + key_hi;
     }
   }
   CUTE_DEVICE bool needs_left_mask(int m_block, int n_block) const {
-    return kBanded && n_block * kBlockN < (m_block + 1) * kBlockM - 1 + key_lo;
+    return kBanded && n_block * kBlockN < query((m_block + 1) * kBlockM - 1) + key_lo;
   }
   CUTE_DEVICE bool needs_mask(int m_block, int n_block) const {
     return needs_right_mask(m_block, n_block) || needs_left_mask(m_block, n_block);
@@ -98,7 +107,7 @@ struct AttentionMask {
     CUTE_UNROLL
     for (int i = 0; i < size<0>(scores); ++i) {
       int col_end = seqlen_k;
-      if constexpr (kBanded) col_end = min(col_end, row0 + get<0>(coords(i, 0)) + key_hi + 1);
+      if constexpr (kBanded) col_end = min(col_end, query(row0 + get<0>(coords(i, 0))) + key_hi + 1);
       CUTE_UNROLL
       for (int j = 0; j < size<1>(scores); ++j) {
         if (col0 + get<1>(coords(i, j)) >= col_end) scores(i, j) = -INFINITY;
@@ -112,7 +121,7 @@ struct AttentionMask {
     int const col0 = n_block * kBlockN;
     CUTE_UNROLL
     for (int i = 0; i < size<0>(scores); ++i) {
-      int const col_begin = row0 + get<0>(coords(i, 0)) + key_lo;
+      int const col_begin = query(row0 + get<0>(coords(i, 0))) + key_lo;
       CUTE_UNROLL
       for (int j = 0; j < size<1>(scores); ++j) {
         if (col0 + get<1>(coords(i, j)) < col_begin) scores(i, j) = -INFINITY;
@@ -124,6 +133,7 @@ struct AttentionMask {
   template <class Scores, class Coords>
   CUTE_DEVICE void apply_transposed(Scores&& scores_t, Coords const& coords, int m_block,
                                     int n_block) const {
+    static_assert(!kPacked, "the backward walks unpacked query blocks");
     int const row0 = m_block * kBlockM;
     int const col0 = n_block * kBlockN;
     CUTE_UNROLL

@@ -27,10 +27,16 @@ struct FwdEpilogue {
       if (p.num_splits > 1) return store_split(p, tile, thread, acc_o, softmax);
     }
     constexpr int kRows = Softmax::kNumRows;
+    Tensor coords = out_coords(thread);
+    float sinks[kRows];
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      int const head = Mainloop::query_row(p, tile, row0(tile) + get<0>(coords(i, 0))).head;
+      sinks[i] = p.sinks == nullptr ? -INFINITY : p.sinks[head];
+    }
     float lse[kRows];
     Tensor o = as_rowcol(acc_o);
-    float const sink = p.sinks == nullptr ? -INFINITY : p.sinks[tile.head];
-    auto o_scale = softmax.finalize(sink, lse);
+    auto o_scale = softmax.finalize(sinks, lse);
     if constexpr (Traits::kFp8) {
       CUTE_UNROLL
       for (int i = 0; i < kRows; ++i) o_scale[i] *= o_units;
@@ -38,35 +44,46 @@ struct FwdEpilogue {
     scale_rows(o, o_scale);
     Tensor out_frag = make_tensor<Element>(acc_o.layout());
     convert_fragment(acc_o, out_frag);
-    Tensor out_rc = as_rowcol(out_frag);
 
-    Tensor coords = out_coords(thread);
-
-    int const row0 = tile.m_block * Traits::kBlockM;
-    int const rows_left = FwdMainloop<Traits>::make_mask(p, tile).seqlen_q - row0;
     // Varlen: out_batch_stride is 0 and the sequence starts at row offset_q.
-    Element* out = p.out + tile.batch * p.out_batch_stride + tile.head * p.out_head_stride +
-                   (tile.offset_q + row0) * p.out_row_stride;
-    float* lse_out = nullptr;
-    if (p.lse != nullptr) {
-      lse_out = Traits::kVarlen
-                    ? p.lse + int64_t(tile.head) * p.total_q + tile.offset_q + row0
-                    : p.lse + (int64_t(tile.batch) * p.heads_q + tile.head) * p.seqlen_q + row0;
-    }
-    store_fragment_rows(out_rc, coords, out, p.out_row_stride, rows_left);
-    if (lse_out != nullptr) store_lse(coords, lse, lse_out, rows_left, thread);
+    Element* const out = p.out + tile.batch * p.out_batch_stride + tile.offset_q * p.out_row_stride;
+    store_fragment_rows(as_rowcol(out_frag), coords, at_query(p, tile, [&](QueryRow q) {
+                          return out + q.head * p.out_head_stride + q.row * p.out_row_stride;
+                        }));
+    if (p.lse == nullptr) return;
+    store_lse(coords, lse, thread, at_query(p, tile, [&](QueryRow q) {
+                return Traits::kVarlen
+                           ? p.lse + int64_t(q.head) * p.total_q + tile.offset_q + q.row
+                           : p.lse + (int64_t(tile.batch) * p.heads_q + q.head) * p.seqlen_q + q.row;
+              }));
   }
 
  private:
+  using Mainloop = FwdMainloop<Traits>;
+  using QueryRow = typename Mainloop::QueryRow;
+
+  CUTE_DEVICE static int row0(FwdTile const& tile) { return tile.m_block * Traits::kBlockM; }
+
+  // Tile row -> `address(its query row and head)`, or null for rows past the
+  // queries (fragment_store.cuh).
+  template <class Address>
+  CUTE_DEVICE static auto at_query(Params const& p, FwdTile const& tile, Address const& address) {
+    int const seqlen_q = Mainloop::make_mask(p, tile).seqlen_q;
+    return [&p, &tile, &address, seqlen_q](int row) {
+      QueryRow const q = Mainloop::query_row(p, tile, row0(tile) + row);
+      return q.row < seqlen_q ? address(q) : nullptr;
+    };
+  }
+
   // The 4 threads of a quad share rows; one of them writes the LSE.
-  template <class Coords, int kRows>
-  CUTE_DEVICE static void store_lse(Coords const& coords, float const (&lse)[kRows], float* lse_out,
-                                    int rows_left, int thread) {
+  template <class Coords, int kRows, class RowAddress>
+  CUTE_DEVICE static void store_lse(Coords const& coords, float const (&lse)[kRows], int thread,
+                                    RowAddress const& row_address) {
     if (thread % 4 != 0) return;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
-      int const row = get<0>(coords(i, 0));
-      if (row < rows_left) lse_out[row] = lse[i];
+      float* const out = row_address(int(get<0>(coords(i, 0))));
+      if (out != nullptr) *out = lse[i];
     }
   }
 
@@ -85,17 +102,21 @@ struct FwdEpilogue {
   CUTE_DEVICE static void store_split(Params const& p, FwdTile tile, int thread, FragO& acc_o,
                                       Softmax& softmax) {
     constexpr int kRows = Softmax::kNumRows;
+    float no_sinks[kRows];
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) no_sinks[i] = -INFINITY;
     float lse[kRows];
     Tensor o = as_rowcol(acc_o);
-    scale_rows(o, softmax.finalize(-INFINITY, lse));
+    scale_rows(o, softmax.finalize(no_sinks, lse));
     Tensor coords = out_coords(thread);
-    int const row0 = tile.m_block * Traits::kBlockM;
-    int const rows_left = p.seqlen_q - row0;
-    int64_t const head_row =
-        ((int64_t(tile.split) * p.batch + tile.batch) * p.heads_q + tile.head) * p.seqlen_q + row0;
-    store_fragment_rows(o, coords, p.o_partial + head_row * Traits::kHeadDim, Traits::kHeadDim,
-                        rows_left);
-    store_lse(coords, lse, p.lse_partial + head_row, rows_left, thread);
+    auto const head_row = [&](QueryRow q) {
+      return ((int64_t(tile.split) * p.batch + tile.batch) * p.heads_q + q.head) * p.seqlen_q + q.row;
+    };
+    store_fragment_rows(o, coords, at_query(p, tile, [&](QueryRow q) {
+                          return p.o_partial + head_row(q) * Traits::kHeadDim;
+                        }));
+    store_lse(coords, lse, thread,
+              at_query(p, tile, [&](QueryRow q) { return p.lse_partial + head_row(q); }));
   }
 };
 

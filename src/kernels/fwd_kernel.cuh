@@ -53,8 +53,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Tile t's work: derived inside each role's loop, after setmaxnreg (values
   // live across it are spilled). Both roles skip the same tiles and count the
   // same Q loads, which gives the Q barriers' phases.
+  // (KV cache: the scheduler's heads are PackGQA's groups of `pack`.)
   FwdTileScheduler<kPersistent, Traits::kKvCache> const scheduler{
-      params.m_blocks, params.heads_q, params.num_tiles, params.num_splits};
+      params.m_blocks, Traits::kKvCache ? params.heads_q / params.pack : params.heads_q,
+      params.num_tiles, params.num_splits};
   auto const work = [&](int t) {
     FwdTileIndex const index = scheduler(t);
     FwdTile const tile =
@@ -84,7 +86,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       auto const [tile, n_block_begin, n_block_end] = work(t);
       // Rows that see no key need no loads; the consumers write 0 and -inf.
       if (!has_rows(tile) || n_block_begin >= n_block_end) continue;
-      if (q_loads > 0) smem.barrier_q_free.wait((q_loads - 1) & 1);
+      // (KV cache: the consumers gather Q themselves; FwdMainloop::gather_q.)
+      if (!Traits::kKvCache && q_loads > 0) smem.barrier_q_free.wait((q_loads - 1) & 1);
       Mainloop::load(params, smem, tile, n_block_begin, n_block_end, pipeline_k, pipeline_v,
                      write);
       ++q_loads;

@@ -77,6 +77,16 @@ struct FwdKernelParams {
   int page_size;
   typename Traits::TmaKVPage tma_k_page;
   typename Traits::TmaKVPage tma_v_page;
+  // PackGQA (kKvCache, pack_gqa.h): a tile's rows are its seqlen_q queries
+  // times `pack` heads (1: unpacked); m_blocks counts packed blocks and the
+  // scheduler heads_q / pack head groups. The consumers gather Q from q
+  // (batch, seqlen_q, heads_q, head_dim) themselves: a packed tile's rows
+  // are not one TMA box.
+  int pack;
+  typename Traits::Element const* q;
+  int64_t q_batch_stride;
+  int64_t q_row_stride;
+  int64_t q_head_stride;
   // Split-KV (kKvCache): num_splits > 1 writes each split's normalized
   // output and LSE (without the sink) to o_partial (split, batch, heads_q,
   // seqlen_q, head_dim) and lse_partial (split, batch, heads_q, seqlen_q),

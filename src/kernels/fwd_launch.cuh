@@ -13,6 +13,7 @@
 
 #include "kernels/fwd_kernel.cuh"
 #include "kernels/launch_common.cuh"
+#include "kernels/pack_gqa.h"
 #include "kernels/fwd_run.h"
 #include "kernels/split_kv.h"
 
@@ -62,9 +63,11 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   using SharedStorage = typename Traits::SharedStorage;
   constexpr bool kVarlen = Traits::kVarlen;
   constexpr bool kKvCache = Traits::kKvCache;
-  int const m_blocks = ceil_div(p.seqlen_q, Traits::kBlockM);
+  // KV cache: tiles of PackGQA's rows, queries times `pack` heads.
+  int const pack = kKvCache ? pack_gqa_factor(p.seqlen_q, p.heads_q / p.heads_kv, Traits::kBlockM) : 1;
+  int const m_blocks = int(ceil_div(int64_t{p.seqlen_q} * pack, Traits::kBlockM));
   int const splits = kKvCache ? p.num_splits : 1;
-  int64_t const tiles = int64_t{m_blocks} * p.heads_q * p.batch * splits;
+  int64_t const tiles = int64_t{m_blocks} * (p.heads_q / pack) * p.batch * splits;
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   float const logit_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
   // Varlen: TMA sees the packed tensors as one batch entry of total rows, and
@@ -120,6 +123,11 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       0,
       {},
       {},
+      pack,
+      nullptr,
+      0,
+      0,
+      0,
       splits,
       nullptr,
       nullptr,
@@ -131,6 +139,10 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
     kp.page_table = p.page_table;
     kp.page_table_stride = p.page_table_stride;
     kp.page_size = p.page_size;
+    kp.q = static_cast<typename Traits::Element const*>(p.q.data);
+    kp.q_batch_stride = p.q.stride[0];
+    kp.q_row_stride = p.q.stride[1];
+    kp.q_head_stride = p.q.stride[2];
     if (p.page_table != nullptr) {
       auto const page_box = [&](Tensor4d const& t) {
         return make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(t, p.cache_batch, p.page_size, p.heads_kv),

@@ -24,7 +24,8 @@ using namespace cute;
 // Varlen: the sequence's first rows in the packed q / k and its lengths; KV
 // cache: the cache entry, first key and key count (otherwise left 0: the
 // lengths are the params'). kv_batch: K / V's batch index; split: which
-// split of the keys (split-KV).
+// split of the keys (split-KV). PackGQA: head is the first of the tile's
+// `pack` heads (FwdMainloop::query_row).
 struct FwdTile {
   int m_block;
   int head;
@@ -43,7 +44,8 @@ struct FwdMainloop {
   using Params = FwdKernelParams<Traits>;
   using SharedStorage = typename Traits::SharedStorage;
   using TileShape = typename Traits::TileShape;
-  using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN>;
+  // KV-cache kernels pack GQA groups (pack_gqa.h), pack 1 included.
+  using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN, Traits::kKvCache>;
   static constexpr int kHeadDim = Traits::kHeadDim;
 
   static constexpr bool kVarlen = Traits::kVarlen;
@@ -51,6 +53,21 @@ struct FwdMainloop {
   // Lengths per batch entry, in the tile (else the params').
   static constexpr bool kTileLengths = kVarlen || kKvCache;
 
+  // The query row and head of row `row` of the tile's sequence (counted from
+  // its first row): PackGQA's rows are queries times `pack` heads.
+  struct QueryRow {
+    int row;
+    int head;
+  };
+  CUTE_DEVICE static QueryRow query_row(Params const& p, FwdTile const& tile, int row) {
+    if constexpr (kKvCache) {
+      return {row / p.pack, tile.head + row % p.pack};
+    } else {
+      return {row, tile.head};
+    }
+  }
+
+  // KV cache: `head` counts the scheduler's groups of `pack` heads.
   CUTE_DEVICE static FwdTile make_tile(Params const& p, int m_block, int head, int batch,
                                        int split = 0) {
     if constexpr (kVarlen) {
@@ -64,7 +81,7 @@ struct FwdMainloop {
       int const used = p.seqused_k != nullptr ? min(max(p.seqused_k[batch], 0), p.seqlen_k) : p.seqlen_k;
       int const leftpad = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), used) : 0;
       int const kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[batch] : batch;
-      return {m_block, head, batch, 0, leftpad, p.seqlen_q, used - leftpad, kv_batch, split};
+      return {m_block, head * p.pack, batch, 0, leftpad, p.seqlen_q, used - leftpad, kv_batch, split};
     } else {
       return {m_block, head, batch, 0, 0, 0, 0, batch};
     }
@@ -73,7 +90,10 @@ struct FwdMainloop {
   // Fixed lengths read the params directly (from the constant bank: no
   // registers held across the mainloop).
   CUTE_DEVICE static Mask make_mask(Params const& p, FwdTile const& tile) {
-    if constexpr (kTileLengths) {
+    if constexpr (kKvCache) {
+      int const diagonal = tile.seqlen_k - tile.seqlen_q;
+      return {tile.seqlen_q, tile.seqlen_k, diagonal + p.key_lo, diagonal + p.key_hi, p.pack};
+    } else if constexpr (kVarlen) {
       int const diagonal = tile.seqlen_k - tile.seqlen_q;
       return {tile.seqlen_q, tile.seqlen_k, diagonal + p.key_lo, diagonal + p.key_hi};
     } else {
@@ -116,23 +136,41 @@ struct FwdMainloop {
     }
   }
 
-  // Paged KV: key block n_block of the tile's sequence into one stage of
-  // `s_tile` (K or V), one TMA box per kPageBoxRows keys, each from the page
-  // that holds them. Boxes past the sequence name a page past the cache, for
-  // which TMA delivers zeros (and the full byte count the stage expects).
+  // Paged KV: a key block is one TMA box per kPageBoxRows keys, each from
+  // the page that holds them. Boxes past the sequence name a page past the
+  // cache, for which TMA delivers zeros (and the full byte count the stage
+  // expects).
+  static constexpr int kPageBoxes = Traits::kBlockN / Traits::kPageBoxRows;
+  struct BlockPages {
+    int page[kPageBoxes];
+  };
+  // Block n_block's pages, fetched a block ahead of their TMA loads: the
+  // loads are in flight while the producer waits for a free stage, where a
+  // read just before each TMA would cost a dependent global load per box.
+  CUTE_DEVICE static BlockPages block_pages(Params const& p, FwdTile const& tile, int n_block) {
+    int const* pages = p.page_table + tile.batch * p.page_table_stride;
+    BlockPages b;
+    CUTE_UNROLL
+    for (int box = 0; box < kPageBoxes; ++box) {
+      int const key = n_block * Traits::kBlockN + box * Traits::kPageBoxRows;
+      b.page[box] = key < tile.seqlen_k ? pages[key / p.page_size] : p.cache_batch;
+    }
+    return b;
+  }
+
+  // Paged KV: key block n_block (its pages `pages`) into one stage of
+  // `s_tile` (K or V).
   template <class Tma, class SmemTensor>
   CUTE_DEVICE static void load_paged_block(Params const& p, Tma const& tma, SmemTensor& s_tile,
-                                           uint64_t& barrier, FwdTile const& tile, int kv_head,
-                                           int n_block, int stage) {
+                                           uint64_t& barrier, BlockPages const& pages,
+                                           int kv_head, int n_block, int stage) {
     constexpr int kBoxRows = Traits::kPageBoxRows;
     Tensor m = tma.get_tma_tensor(make_shape(p.page_size, Int<kHeadDim>{},
                                              p.heads_q / p.heads_per_kv_head, p.cache_batch));
-    int const* pages = p.page_table + tile.batch * p.page_table_stride;
     CUTE_UNROLL
-    for (int box = 0; box < Traits::kBlockN / kBoxRows; ++box) {
+    for (int box = 0; box < kPageBoxes; ++box) {
       int const key = n_block * Traits::kBlockN + box * kBoxRows;
-      int const page = key < tile.seqlen_k ? pages[key / p.page_size] : p.cache_batch;
-      Tensor g = local_tile(m(_, _, kv_head, page), typename Traits::PageBoxShape{},
+      Tensor g = local_tile(m(_, _, kv_head, pages.page[box]), typename Traits::PageBoxShape{},
                             make_coord((key % p.page_size) / kBoxRows, _0{}));
       Tensor s = make_tensor(make_smem_ptr(&s_tile(box * kBoxRows, 0, stage)),
                              typename Traits::SmemLayoutPageBox{});
@@ -154,8 +192,6 @@ struct FwdMainloop {
     Tensor mK = get<1>(qkv);
     Tensor mV = get<2>(qkv);
     int const kv_head = tile.head / p.heads_per_kv_head;
-    Tensor gQ = local_tile(sequence_rows(mQ, tile.head, tile.batch, tile.offset_q),
-                           select<0, 2>(TileShape{}), make_coord(tile.m_block, _0{}));  // (M, D)
     Tensor gK = local_tile(sequence_rows(mK, kv_head, tile.kv_batch, tile.offset_k),
                            select<1, 2>(TileShape{}), make_coord(_, _0{}));  // (N, D, n_block)
     Tensor gV = [&] {
@@ -168,21 +204,27 @@ struct FwdMainloop {
       }
     }();
 
-    auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
     auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
                                       group_modes<0, 2>(gV));
 
-    smem.barrier_q.arrive_and_expect_tx(Traits::kQBytes);
-    copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.barrier_q), 0), tQgQ, tQsQ);
+    if constexpr (!kKvCache) {  // (the KV-cache consumers gather Q: gather_q)
+      Tensor gQ = local_tile(sequence_rows(mQ, tile.head, tile.batch, tile.offset_q),
+                             select<0, 2>(TileShape{}), make_coord(tile.m_block, _0{}));  // (M, D)
+      auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                        group_modes<0, 2>(gQ));
+      smem.barrier_q.arrive_and_expect_tx(Traits::kQBytes);
+      copy(p.tma_q.with(reinterpret_cast<uint64_t&>(smem.barrier_q), 0), tQgQ, tQsQ);
+    }
     bool const paged = kKvCache && p.page_table != nullptr;
+    BlockPages pages;
+    if (paged) pages = block_pages(p, tile, n_block_end - 1);
     for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
       pipeline_k.producer_acquire(write);
       if constexpr (kKvCache) {
         if (paged)
-          load_paged_block(p, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write), tile,
+          load_paged_block(p, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write), pages,
                            kv_head, n_block, write.index());
       }
       if (!paged)
@@ -190,15 +232,58 @@ struct FwdMainloop {
              tKsK(_, write.index()));
       pipeline_v.producer_acquire(write);
       if constexpr (kKvCache) {
-        if (paged)
-          load_paged_block(p, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write), tile,
+        if (paged) {
+          load_paged_block(p, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write), pages,
                            kv_head, n_block, write.index());
+          if (n_block > n_block_begin) pages = block_pages(p, tile, n_block - 1);
+        }
       }
       if (!paged)
         copy(p.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
              tVsV(_, write.index()));
       ++write;
     }
+  }
+
+  // KV cache (PackGQA's rows are no TMA box): each consumer warpgroup
+  // gathers the 64 rows of Q its GEMMs read, 16 bytes per load (all loads
+  // before any store, so they are in flight together), zeros past the
+  // queries; then makes them visible to WGMMA (the async proxy) and waits
+  // for the rest of its warpgroup. Its own earlier GEMMs on sQ are complete
+  // (warpgroup_wait<0> ends compute), and no other warpgroup reads its rows.
+  CUTE_DEVICE static void gather_q(Params const& p, SharedStorage& smem, FwdTile const& tile,
+                                   int thread) {
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
+    constexpr int kThreads = cutlass::NumThreadsPerWarpGroup;
+    constexpr int kRows = Traits::kBlockM / Traits::kNumConsumerWarpgroups;
+    constexpr int kChunk = 16 / sizeof(Element);  // elements per load
+    constexpr int kChunksPerRow = kHeadDim / kChunk;
+    constexpr int kLoads = kRows * kChunksPerRow / kThreads;
+    static_assert(kLoads * kThreads == kRows * kChunksPerRow);
+    int const warpgroup = thread / kThreads;
+    int const first_row = warpgroup * kRows;
+    Element const* const q = p.q + tile.batch * p.q_batch_stride;
+    uint4 chunks[kLoads];
+    CUTE_UNROLL
+    for (int i = 0; i < kLoads; ++i) {
+      int const c = i * kThreads + thread % kThreads;
+      QueryRow const query =
+          query_row(p, tile, tile.m_block * Traits::kBlockM + first_row + c / kChunksPerRow);
+      chunks[i] = query.row < tile.seqlen_q
+                      ? *reinterpret_cast<uint4 const*>(q + query.row * p.q_row_stride +
+                                                         query.head * p.q_head_stride +
+                                                         c % kChunksPerRow * kChunk)
+                      : make_uint4(0, 0, 0, 0);
+    }
+    CUTE_UNROLL
+    for (int i = 0; i < kLoads; ++i) {
+      int const c = i * kThreads + thread % kThreads;
+      *reinterpret_cast<uint4*>(&sQ(first_row + c / kChunksPerRow, c % kChunksPerRow * kChunk)) =
+          chunks[i];
+    }
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(
+        kThreads, uint32_t(FwdNamedBarrier::kQGathered0) + uint32_t(warpgroup));
   }
 
   // Run by all consumer threads; `thread` is the index among them. Leaves the
@@ -301,9 +386,15 @@ struct FwdMainloop {
     };
 
     scheduler.start();
-    smem.barrier_q.wait(q_phase);
+    if constexpr (kKvCache) {
+      gather_q(p, smem, tile, thread);
+    } else {
+      smem.barrier_q.wait(q_phase);
+    }
     // Every S = Q K^T has completed: the producer may overwrite Q.
-    auto q_done = [&] { smem.barrier_q_free.arrive(); };
+    auto q_done = [&] {
+      if constexpr (!kKvCache) smem.barrier_q_free.arrive();
+    };
     if constexpr (Traits::kIntraWarpgroupOverlap) {
       int n_block = n_block_end - 1;
       wait_k();

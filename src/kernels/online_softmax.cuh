@@ -78,17 +78,18 @@ struct OnlineSoftmax {
   }
 
   // Returns per row the factor that normalizes O and writes the natural-log
-  // LSE. `sink`: a logit joining the denominator with a zero value vector
+  // LSE. `sinks[i]`: row i's logit joining the denominator with a zero value vector
   // (-inf: none). The sum is held relative to the row max; the sink is added
   // relative to the larger of the two, so a large sink cannot overflow. Rows
   // that saw no key get factor 0 and LSE -inf (the sink with one).
-  CUTE_DEVICE cute::array<float, kRows> finalize(float sink, float (&lse)[kRows]) {
+  CUTE_DEVICE cute::array<float, kRows> finalize(float const (&sinks)[kRows], float (&lse)[kRows]) {
     cute::array<float, kRows> o_scale;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       float const sum = quad_allreduce_sum(row_sum[i]);
       // The logit the sum is relative to; -inf for rows that saw no key.
       float const max_logit = (row_max[i] - float(kMaxOffset)) * float(M_LN2);
+      float const sink = sinks[i];
       float const top = fmaxf(max_logit, sink);
       if (top == -INFINITY) {
         o_scale[i] = 0.f;

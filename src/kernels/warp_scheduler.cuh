@@ -10,7 +10,11 @@
 namespace flash3::kernels {
 
 // Named-barrier ids (CUTLASS adds its reserved count).
-enum class FwdNamedBarrier : uint32_t { kConsumer0Turn = 0, kConsumer1Turn = 1 };
+enum class FwdNamedBarrier : uint32_t {
+  kConsumer0Turn = 0,
+  kConsumer1Turn = 1,
+  kQGathered0 = 2,  // consumer warpgroup 0 (1: + 1) has written its rows of Q (gather_q)
+};
 
 // kEnabled = false: every call is a no-op (the ablation without ping-pong).
 template <bool kEnabled>

@@ -4,7 +4,8 @@
 // the deterministic backward counts the adds a dQ tile receives from the
 // first. They must describe the same set of (m, n) pairs, or a deterministic
 // run waits for an add that never comes; and that set must be exactly the
-// pairs holding a visible score, or work is skipped or wasted.
+// pairs holding a visible score, or work is skipped or wasted. PackGQA's
+// masks (rows of `pack` heads per query) are walked by the forward only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,12 +14,14 @@
 
 namespace {
 
-// Brute force: some row of block m sees some key of block n.
+// Brute force: some row of block m sees some key of block n; row r is query
+// r / pack.
 template <int kBlockM, int kBlockN>
-bool pair_sees(int seqlen_q, int seqlen_k, int left, int right, bool banded, int m, int n) {
-  for (int i = m * kBlockM; i < std::min((m + 1) * kBlockM, seqlen_q); ++i)
+bool pair_sees(int seqlen_q, int seqlen_k, int left, int right, bool banded, int m, int n,
+               int pack = 1) {
+  for (int r = m * kBlockM; r < std::min((m + 1) * kBlockM, seqlen_q * pack); ++r)
     for (int j = n * kBlockN; j < std::min((n + 1) * kBlockN, seqlen_k); ++j) {
-      int const diagonal = i + seqlen_k - seqlen_q;
+      int const diagonal = r / pack + seqlen_k - seqlen_q;
       if (!banded || (j >= diagonal - left && j <= diagonal + right)) return true;
     }
   return false;
@@ -46,6 +49,25 @@ void expect_ranges_agree(int seqlen_q, int seqlen_k, int left, int right) {
   }
 }
 
+template <bool kBanded, int kBlockM, int kBlockN>
+void expect_packed_ranges(int seqlen_q, int seqlen_k, int left, int right, int pack) {
+  int const d = seqlen_k - seqlen_q;
+  flash3::kernels::AttentionMask<kBanded, kBlockM, kBlockN, true> const mask{
+      seqlen_q, seqlen_k, d - left, d + right, pack};
+  int const m_blocks = (seqlen_q * pack + kBlockM - 1) / kBlockM;
+  ASSERT_EQ(mask.m_blocks(), m_blocks);
+  for (int m = 0; m < m_blocks; ++m) {
+    for (int n = 0; n < mask.n_blocks(); ++n) {
+      bool const visits = n >= mask.n_block_begin(m) && n < mask.n_block_end(m);
+      bool const sees =
+          pair_sees<kBlockM, kBlockN>(seqlen_q, seqlen_k, left, right, kBanded, m, n, pack);
+      ASSERT_EQ(visits, sees) << "packed " << pack << ": seqlen_q " << seqlen_q << " seqlen_k "
+                              << seqlen_k << " window (" << left << ", " << right << ") m " << m
+                              << " n " << n;
+    }
+  }
+}
+
 // Windows as the host resolves them (window.hpp): unbounded left is
 // seqlen_k, unbounded right is seqlen_q; causal is right 0.
 template <int kBlockM, int kBlockN>
@@ -55,6 +77,8 @@ void expect_all_windows(int seqlen_q, int seqlen_k) {
   for (auto const& w : windows) {
     int const left = std::min(w[0], seqlen_k), right = std::min(w[1], seqlen_q);
     expect_ranges_agree<true, kBlockM, kBlockN>(seqlen_q, seqlen_k, left, right);
+    for (int pack : {1, 3, 4, 8})
+      expect_packed_ranges<true, kBlockM, kBlockN>(seqlen_q, seqlen_k, left, right, pack);
   }
   expect_ranges_agree<false, kBlockM, kBlockN>(seqlen_q, seqlen_k, 0, 0);
 }

@@ -8,6 +8,7 @@
 
 #include "host/split_kv.hpp"
 #include "host/window.hpp"
+#include "kernels/pack_gqa.h"
 #include "test_params.hpp"
 
 namespace flash3::host {
@@ -476,12 +477,28 @@ TEST(SplitKv, Heuristic) {
   p.heads_kv = 8;
   p.seqlen_k = 4096;
   EXPECT_EQ(flash3::host::resolve_splits(p, 132), 1);  // no workspace: no split
-  EXPECT_EQ(flash3::host::resolve_splits(p, 132, false), 4);
+  // PackGQA: 8 CTAs of 4 heads each, 32 key blocks: 16 splits of 2 blocks.
+  EXPECT_EQ(flash3::host::resolve_splits(p, 132, false), 16);
   p.workspace = reinterpret_cast<void*>(uintptr_t{0xA00000});
   p.workspace_bytes = flash3::host::split_workspace_bytes(p, 3);
   EXPECT_EQ(flash3::host::resolve_splits(p, 132), 3);  // what the workspace holds
+  EXPECT_TRUE(flash3::host::uses_kv_cache_kernel(p, 1));  // packed
+  p.heads_kv = 32;  // no GQA: 32 CTAs, 4 splits each
+  p.workspace = nullptr;
+  EXPECT_EQ(flash3::host::resolve_splits(p, 132, false), 4);
   EXPECT_FALSE(flash3::host::uses_kv_cache_kernel(p, 1));
   EXPECT_TRUE(flash3::host::uses_kv_cache_kernel(p, 2));
+}
+
+TEST(PackGqa, Factor) {
+  using flash3::kernels::pack_gqa_factor;
+  EXPECT_EQ(pack_gqa_factor(1, 4, 128), 4);     // decode: one tile instead of 4
+  EXPECT_EQ(pack_gqa_factor(33, 4, 128), 4);    // 2 tiles instead of 4
+  EXPECT_EQ(pack_gqa_factor(130, 8, 128), 8);   // 9 instead of 16
+  EXPECT_EQ(pack_gqa_factor(128, 4, 128), 1);   // 4 either way
+  EXPECT_EQ(pack_gqa_factor(100, 4, 128), 1);   // 4 either way
+  EXPECT_EQ(pack_gqa_factor(1, 1, 128), 1);     // no GQA
+  EXPECT_EQ(pack_gqa_factor(1, 7, 128), 7);     // any group size
 }
 
 TEST(ValidateCombine, Rules) {
