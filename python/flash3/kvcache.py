@@ -9,7 +9,8 @@ and can be captured in a CUDA graph. The steps are custom ops
 (`flash3::fwd_kvcache`, `flash3::combine`) with fakes for torch.compile.
 
 Not yet here (see docs/python.md): appending k, v into the cache with rotary
-embedding inside the kernel; varlen q (cu_seqlens_q); PackGQA; FP8 caches.
+embedding inside the kernel; varlen q (cu_seqlens_q); FP8 caches. (PackGQA is
+automatic; pack_gqa is accepted and ignored.)
 """
 
 import ctypes
@@ -184,7 +185,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if value is not None:
             raise _unsupported(f"{name}: not supported by flash3's kvcache path yet (appending "
                                f"to the cache with rotary, and varlen q, are planned)")
-    del max_seqlen_q, rotary_interleaved, pack_gqa  # meaningful only with the above
+    del max_seqlen_q, rotary_interleaved, pack_gqa  # PackGQA is chosen by the library
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise _invalid(f"num_splits: expected an int >= 0 (0: chosen); got {num_splits!r}")
     window_left, window_right = _abi_window(window_size)
