@@ -245,14 +245,22 @@ _FWD_PACKER = struct.Struct(
     "@Q" + "P4q" * 4 + "P" + "7i" + "f" + "i" + "4x" + "2i" + "f" + "P" + "4P" + "2i")
 
 
+# The KV-cache fields, packed at kv_batch_idx's offset: the batch index,
+# leftpad and page table pointers, the page table's row stride, page_size,
+# cache_batch, num_splits, v7_padding (a pad), the workspace and its size.
+_FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ")
+
+
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
-    last = FwdParams.total_k
-    if _FWD_PACKER.size != last.offset + last.size:
-        raise ImportError(
-            f"flash3: internal layout mismatch: packer {_FWD_PACKER.size} bytes, "
-            f"flash3_fwd_params ends its fields at {last.offset + last.size}"
-        )
+    for packer, first, last in ((_FWD_PACKER, None, FwdParams.total_k),
+                                (_FWD_CACHE_PACKER, FwdParams.kv_batch_idx,
+                                 FwdParams.workspace_bytes)):
+        start = 0 if first is None else first.offset
+        if packer.size != last.offset + last.size - start:
+            raise ImportError(
+                f"flash3: internal layout mismatch: packer {packer.size} bytes, "
+                f"flash3_fwd_params' fields span {last.offset + last.size - start}")
 
 
 _check_packer_layout()
@@ -417,13 +425,17 @@ def bwd(params, stream=None):
 class FwdLauncher:
     """Fast path for repeated flash3_fwd calls: one reusable FwdParams per
     thread, filled with a single struct.pack_into, and a cached C function.
-    flash3_fwd reads params only during the call, so reuse is safe."""
+    flash3_fwd reads params only during the call, so reuse is safe. An
+    instance made with with_cache=True also packs the KV-cache fields (so
+    they never leak from one call into a plain launcher's next)."""
 
-    def __init__(self):
+    def __init__(self, with_cache=False):
         lib = library()
         self._fwd = lib.flash3_fwd
+        self._workspace_size = lib.flash3_fwd_workspace_size
         self._local = threading.local()
         self._size = ctypes.sizeof(FwdParams)
+        self._with_cache = with_cache
 
     def _params(self):
         """(FwdParams, its address) for this thread."""
@@ -433,13 +445,12 @@ class FwdLauncher:
             cached = self._local.params = (params, ctypes.addressof(params))
         return cached
 
-    def __call__(self, stream, fields):
-        """`fields`: the values of FwdParams after struct_size, in order, with
-        each tensor flattened to (data, stride0, stride1, stride2, stride3)
-        and lse, sinks and varlen's arrays as addresses (0 for NULL)."""
+    def _pack(self, fields, cache):
         params, address = self._params()
         try:
             _FWD_PACKER.pack_into(params, 0, self._size, *fields)
+            if self._with_cache:
+                _FWD_CACHE_PACKER.pack_into(params, FwdParams.kv_batch_idx.offset, *cache)
         except struct.error as e:
             # A size or stride that does not fit the ABI's int32/int64 fields.
             raise Flash3InvalidArgument(
@@ -448,6 +459,19 @@ class FwdLauncher:
                 f"int64): {e}; sizes (batch, seqlen_q, seqlen_k, num_heads_q, num_heads_kv, "
                 f"head_dim) = {tuple(fields[22:28])}",
             ) from None
-        status = self._fwd(address, stream)
+        return address
+
+    def __call__(self, stream, fields, cache=()):
+        """`fields`: the values of FwdParams after struct_size, in order, with
+        each tensor flattened to (data, stride0, stride1, stride2, stride3)
+        and lse, sinks and varlen's arrays as addresses (0 for NULL); `cache`
+        (with_cache only): the fields from kv_batch_idx on, v7_padding left out."""
+        status = self._fwd(self._pack(fields, cache), stream)
         if status:
             raise_for_status(status)
+
+    def workspace_size(self, fields, cache=()):
+        """flash3_fwd_workspace_size of the same fields (workspace ignored)."""
+        size = ctypes.c_uint64(0)
+        raise_for_status(self._workspace_size(self._pack(fields, cache), ctypes.byref(size)))
+        return size.value

@@ -26,6 +26,8 @@ def parse_args(argv):
     p.add_argument("--batches", type=lambda t: tuple(int(x) for x in t.split(",")), default=BATCHES)
     p.add_argument("--json", default="bench_decode.json", metavar="FILE")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="also list each call's GPU kernels and their mean durations (torch.profiler)")
     return p.parse_args(argv)
 
 
@@ -62,6 +64,49 @@ def _cudnn_call(torch, q, k, v):
 
         repeated()
         return repeated, "K/V repeated to the query heads"
+
+
+def _kernel_times(torch, fn, calls=20):
+    """[(kernel name, mean us per call)] of fn's GPU work, and the mean span
+    from the first kernel's start to the last one's end per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+            torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
+                     key=lambda e: e.time_range.start)
+    totals = {}
+    for e in kernels:
+        totals[e.name] = totals.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+    per_call = len(kernels) // calls
+    spans = [kernels[i + per_call - 1].time_range.end - kernels[i].time_range.start
+             for i in range(0, per_call * calls, per_call)] if per_call else [0]
+    return sorted(totals.items(), key=lambda kv: -kv[1]), sum(spans) / len(spans)
+
+
+def _host_us(torch, fn, calls=100):
+    """Host time per call while the GPU keeps up (no sync inside the loop)."""
+    import time
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def _print_profile(torch, label, fn):
+    times, span = _kernel_times(torch, fn)
+    print(f"  {label}: {span:.1f} us from first kernel start to last kernel end, "
+          f"{_host_us(torch, fn):.1f} us host per call", flush=True)
+    for name, us in times:
+        print(f"    {us:8.1f} us  {name[:110]}", flush=True)
 
 
 def run(args):
@@ -102,6 +147,10 @@ def run(args):
             copy_to = torch.empty_like(flat)
             row["copy"] = bandwidth(lambda: copy_to.copy_(flat), 2 * flat.numel() * 2)
             row["ratio_to_cudnn"] = row["flash3"] / row["cudnn"]
+            if args.profile:
+                _print_profile(torch, "flash3", lambda: flash3.flash_attn_with_kvcache(
+                    q, k, v, cache_seqlens=seqlens))
+                _print_profile(torch, "cudnn", cudnn)
             results["points"].append(row)
             print(f"{batch:5d} {seqlen:8d} {kv_bytes / 1e9:6.2f}        {row['flash3']:6.2f}  "
                   f"{row['paged16']:6.2f}  {row['paged256']:6.2f}  {row['cudnn']:6.2f} "

@@ -142,21 +142,17 @@ def _address(t):
     return 0 if t is None else t.data_ptr()
 
 
-def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_right=-1,
-            softcap=0.0, sinks=None, varlen=None):
-    """flash3_fwd into caller-provided out/lse (lse may be None), on the
-    current stream of q's device. The op below uses it; tests call it
-    directly with NaN-poisoned buffers. varlen: None, or (cu_seqlens_q,
-    cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) with q,
-    k, v, out packed (total, heads, head_dim) (varlen.py checks them)."""
-    global _launcher
-    if _launcher is None:
-        _launcher = _lib.FwdLauncher()
+def _fwd_fields(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
+               sinks, varlen, seqlen_k=None, seqused_k=None):
+    """FwdLauncher's fields (see _launch). Without varlen: seqlen_k overrides
+    k's (a paged cache's capacity per batch entry) and seqused_k gives the
+    keys used per batch entry."""
     if varlen is None:
         batch, seqlen_q, num_heads_q, head_dim = q.shape
-        _, seqlen_k, num_heads_kv, _ = k.shape
+        _, k_rows, num_heads_kv, _ = k.shape
+        seqlen_k = k_rows if seqlen_k is None else seqlen_k
         strides = (q.stride(), k.stride(), v.stride(), out.stride())
-        varlen_fields = _NO_VARLEN
+        varlen_fields = _NO_VARLEN if seqused_k is None else (0, 0, 0, seqused_k.data_ptr(), 0, 0)
     else:
         cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, seqlen_q, seqlen_k = varlen
         batch = cu_seqlens_q.shape[0] - 1
@@ -166,9 +162,8 @@ def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_rig
         strides = tuple((0, *t.stride()) for t in (q, k, v, out))
         varlen_fields = (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), _address(seqused_q),
                          _address(seqused_k), total_q, total_k)
-    device = q.get_device()
     # Field order of flash3_fwd_params after struct_size.
-    fields = (
+    return (
         q.data_ptr(), *strides[0],
         k.data_ptr(), *strides[1],
         v.data_ptr(), *strides[2],
@@ -180,12 +175,30 @@ def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_rig
         _address(sinks),
         *varlen_fields,
     )
-    # The library launches on the current device; the stream must belong to it.
+
+
+def _on_device(device, launch):
+    """Runs launch(stream) with q's device current (the library launches on
+    the current device; the stream must belong to it)."""
     if device == _current_device():
-        _launcher(_raw_stream(device), fields)
-    else:
-        with torch.cuda.device(device):
-            _launcher(_raw_stream(device), fields)
+        return launch(_raw_stream(device))
+    with torch.cuda.device(device):
+        return launch(_raw_stream(device))
+
+
+def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_right=-1,
+            softcap=0.0, sinks=None, varlen=None):
+    """flash3_fwd into caller-provided out/lse (lse may be None), on the
+    current stream of q's device. The op below uses it; tests call it
+    directly with NaN-poisoned buffers. varlen: None, or (cu_seqlens_q,
+    cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) with q,
+    k, v, out packed (total, heads, head_dim) (varlen.py checks them)."""
+    global _launcher
+    if _launcher is None:
+        _launcher = _lib.FwdLauncher()
+    fields = _fwd_fields(q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
+                         softcap, sinks, varlen)
+    _on_device(q.get_device(), lambda stream: _launcher(stream, fields))
 
 
 def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks=None,

@@ -21,6 +21,7 @@ constexpr int kLanes = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 // Each lane holds head-dim elements lane, lane + 32, ...
 constexpr int kMaxPerLane = kCombineMaxHeadDim / kLanes;
+constexpr int kSplitsInFlight = 8;
 
 struct CombineKernelParams {
   float const* out_partial;
@@ -64,9 +65,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
   float const* lse_row = p.lse_partial + batch * p.lse_partial_stride[1] +
                          row * p.lse_partial_stride[2] + head * p.lse_partial_stride[3];
   auto split_lse = [&](int s) { return lse_row[s * p.lse_partial_stride[0]]; };
+  // Lane s's first split is read once and kept: the passes below would
+  // otherwise wait on the same load three times.
+  float const first_lse = lane < p.num_splits ? split_lse(lane) : -INFINITY;
+  auto lane_lse = [&](int s) { return s == lane ? first_lse : split_lse(s); };
   float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
   float row_max = sink;
-  for (int s = lane; s < p.num_splits; s += kLanes) row_max = fmaxf(row_max, split_lse(s));
+  for (int s = lane; s < p.num_splits; s += kLanes) row_max = fmaxf(row_max, lane_lse(s));
   row_max = warp_max(row_max);
 
   Out* out = static_cast<Out*>(p.out) + batch * p.out_stride[0] + row * p.out_stride[1] +
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
     return;
   }
   float sum = 0.f;
-  for (int s = lane; s < p.num_splits; s += kLanes) sum += expf(split_lse(s) - row_max);
+  for (int s = lane; s < p.num_splits; s += kLanes) sum += expf(lane_lse(s) - row_max);
   sum = warp_sum(sum) + expf(sink - row_max);
   float const lse = row_max + logf(sum);
 
@@ -89,19 +94,30 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
                          row * p.out_partial_stride[2] + head * p.out_partial_stride[3];
   for (int first = 0; first < p.num_splits; first += kLanes) {
     int const mine = first + lane;
-    float const my_weight = mine < p.num_splits ? expf(split_lse(mine) - lse) : 0.f;
+    float const my_weight = mine < p.num_splits ? expf(lane_lse(mine) - lse) : 0.f;
     int const count = min(kLanes, p.num_splits - first);
-    for (int i = 0; i < count; ++i) {
-      float const weight = __shfl_sync(kFullMask, my_weight, i);
-      // The same for the whole warp. A split with no weight (one that saw no
-      // key) is not read, so whatever it holds cannot leak in as 0 * NaN.
-      if (weight == 0.f) continue;
-      float const* o = out_row + (first + i) * p.out_partial_stride[0];
+    // kSplitsInFlight splits' loads are issued before any of them is used:
+    // one after the other, each split would cost a full memory latency.
+    for (int i = 0; i < count; i += kSplitsInFlight) {
+      float weight[kSplitsInFlight];
+      float value[kSplitsInFlight][kMaxPerLane];
 #pragma unroll
-      for (int j = 0; j < kMaxPerLane; ++j) {
-        int const d = lane + j * kLanes;
-        if (d < p.head_dim) acc[j] += weight * o[d];
+      for (int u = 0; u < kSplitsInFlight; ++u) {
+        float const w = __shfl_sync(kFullMask, my_weight, (i + u) % kLanes);
+        weight[u] = i + u < count ? w : 0.f;
+        float const* o = out_row + (first + i + u) * p.out_partial_stride[0];
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) {
+          int const d = lane + j * kLanes;
+          // A split with no weight (one that saw no key) is not read, so
+          // whatever it holds cannot leak in as 0 * NaN.
+          value[u][j] = weight[u] != 0.f && d < p.head_dim ? o[d] : 0.f;
+        }
       }
+#pragma unroll
+      for (int u = 0; u < kSplitsInFlight; ++u)
+#pragma unroll
+        for (int j = 0; j < kMaxPerLane; ++j) acc[j] += weight[u] * value[u][j];
     }
   }
 #pragma unroll
