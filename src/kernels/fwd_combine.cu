@@ -55,6 +55,9 @@ __device__ float warp_sum(float x) {
 template <class Out>
 __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
     fwd_combine_kernel(CombineKernelParams const p) {
+  // Launched programmatically dependent on the attention pass (a no-op
+  // otherwise): its partials are complete and visible only after this.
+  cudaGridDependencySynchronize();
   int64_t const index = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kLanes;
   if (index >= p.rows) return;
   int const lane = threadIdx.x % kLanes;
@@ -131,8 +134,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
 template <class Out>
 cudaError_t launch(CombineKernelParams const& kp, cudaStream_t stream) {
   auto const blocks = static_cast<unsigned>((kp.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  fwd_combine_kernel<Out><<<blocks, kWarpsPerBlock * kLanes, 0, stream>>>(kp);
-  return cudaGetLastError();
+  // Its launch overlaps the tail of the kernel before it in the stream,
+  // where that kernel triggers early (the KV-cache pass does).
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kWarpsPerBlock * kLanes);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, fwd_combine_kernel<Out>, kp);
 }
 
 }  // namespace

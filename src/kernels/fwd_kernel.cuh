@@ -49,6 +49,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
+  // Split-KV's combine kernel is launched programmatically dependent on this
+  // one: it may start (and wait, in griddepcontrol.wait, for this grid to
+  // finish and flush) while these CTAs still run, instead of after a launch gap.
+  if constexpr (Traits::kKvCache) cudaTriggerProgrammaticLaunchCompletion();
 
   // Tile t's work: derived inside each role's loop, after setmaxnreg (values
   // live across it are spilled). Both roles skip the same tiles and count the
