@@ -79,8 +79,8 @@ def fp8_cases():
 
 
 def kvcache_cases():
-    # Odd lengths, a batch index past the batch, left padding, a paged cache
-    # whose pages straddle key blocks (48 rows), and split-KV with an empty split.
+    # Odd lengths, a batch index past the batch, left padding, paged caches,
+    # and split-KV with an empty split.
     for d in (64, 128, 256):
         k_cache = torch.randn(4, 301, 2, d, device="cuda", dtype=torch.bfloat16)
         q = torch.randn(3, 5, 4, d, device="cuda", dtype=torch.bfloat16)
@@ -91,10 +91,14 @@ def kvcache_cases():
             flash3.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=seqlens,
                                            cache_leftpad=leftpad, cache_batch_idx=batch_idx,
                                            causal=True, num_splits=splits)
-        pages = torch.randn(20, 48, 2, d, device="cuda", dtype=torch.bfloat16)
-        table = torch.randperm(20, device="cuda")[:18].view(3, 6).to(torch.int32)
-        flash3.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens, page_table=table,
-                                       num_splits=3)
+        # 48-row pages straddle key blocks; 80 and 128 hold whole blocks (d 256 / d <= 128).
+        for page_size, per_entry in ((48, 6), (80, 4), (128, 3)):
+            pages = torch.randn(3 * per_entry + 2, page_size, 2, d, device="cuda",
+                                dtype=torch.bfloat16)
+            table = torch.randperm(pages.shape[0], device="cuda")[:3 * per_entry]
+            flash3.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens,
+                                           page_table=table.view(3, per_entry).to(torch.int32),
+                                           num_splits=3)
         torch.cuda.synchronize()
         print(f"ok kvcache d={d}")
 

@@ -150,23 +150,41 @@ struct FwdMainloop {
   CUTE_DEVICE static BlockPages block_pages(Params const& p, FwdTile const& tile, int n_block) {
     int const* pages = p.page_table + tile.batch * p.page_table_stride;
     BlockPages b;
+    int const boxes = whole_blocks_per_page(p) ? 1 : kPageBoxes;
     CUTE_UNROLL
     for (int box = 0; box < kPageBoxes; ++box) {
       int const key = n_block * Traits::kBlockN + box * Traits::kPageBoxRows;
-      b.page[box] = key < tile.seqlen_k ? pages[key / p.page_size] : p.cache_batch;
+      if (box < boxes) b.page[box] = key < tile.seqlen_k ? pages[key / p.page_size] : p.cache_batch;
     }
     return b;
   }
 
+  // Pages of whole key blocks take one TMA box per block, as unpaged K / V do.
+  CUTE_DEVICE static bool whole_blocks_per_page(Params const& p) {
+    return p.page_size % Traits::kBlockN == 0;
+  }
+
   // Paged KV: key block n_block (its pages `pages`) into one stage of
   // `s_tile` (K or V).
-  template <class Tma, class SmemTensor>
-  CUTE_DEVICE static void load_paged_block(Params const& p, Tma const& tma, SmemTensor& s_tile,
+  template <class TmaBlock, class TmaBox, class SmemTensor>
+  CUTE_DEVICE static void load_paged_block(Params const& p, TmaBlock const& tma_block,
+                                           TmaBox const& tma, SmemTensor& s_tile,
                                            uint64_t& barrier, BlockPages const& pages,
                                            int kv_head, int n_block, int stage) {
     constexpr int kBoxRows = Traits::kPageBoxRows;
-    Tensor m = tma.get_tma_tensor(make_shape(p.page_size, Int<kHeadDim>{},
-                                             p.heads_q / p.heads_per_kv_head, p.cache_batch));
+    auto const page_shape = make_shape(p.page_size, Int<kHeadDim>{},
+                                       p.heads_q / p.heads_per_kv_head, p.cache_batch);
+    if (whole_blocks_per_page(p)) {
+      Tensor m = tma_block.get_tma_tensor(page_shape);
+      int const key = n_block * Traits::kBlockN;
+      Tensor g = local_tile(m(_, _, kv_head, pages.page[0]), select<1, 2>(TileShape{}),
+                            make_coord((key % p.page_size) / Traits::kBlockN, _0{}));
+      auto [tg, ts] = tma_partition(tma_block, _0{}, Layout<_1>{}, group_modes<0, 2>(s_tile),
+                                    group_modes<0, 2>(g));
+      copy(tma_block.with(barrier, 0), tg, ts(_, stage));
+      return;
+    }
+    Tensor m = tma.get_tma_tensor(page_shape);
     CUTE_UNROLL
     for (int box = 0; box < kPageBoxes; ++box) {
       int const key = n_block * Traits::kBlockN + box * kBoxRows;
@@ -224,7 +242,7 @@ struct FwdMainloop {
       pipeline_k.producer_acquire(write);
       if constexpr (kKvCache) {
         if (paged)
-          load_paged_block(p, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write), pages,
+          load_paged_block(p, p.tma_k, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write), pages,
                            kv_head, n_block, write.index());
       }
       if (!paged)
@@ -233,7 +251,7 @@ struct FwdMainloop {
       pipeline_v.producer_acquire(write);
       if constexpr (kKvCache) {
         if (paged) {
-          load_paged_block(p, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write), pages,
+          load_paged_block(p, p.tma_v, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write), pages,
                            kv_head, n_block, write.index());
           if (n_block > n_block_begin) pages = block_pages(p, tile, n_block - 1);
         }

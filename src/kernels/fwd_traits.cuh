@@ -150,7 +150,8 @@ struct FwdTraits {
   // its own page, so any page size that is a multiple of it works (a box
   // never straddles pages). A box is rows [r, r + kPageBoxRows) of a stage's
   // K / V tile: starting on a whole 128-byte swizzle atom (8 rows), it has the
-  // tile's own layout.
+  // tile's own layout. (Pages holding whole key blocks skip the boxes: one
+  // TMA per block, FwdMainloop::whole_blocks_per_page.)
   static constexpr int kPageBoxRows = 16;
   static_assert(kBlockN % kPageBoxRows == 0);
   using PageBoxShape = Shape<Int<kPageBoxRows>, Int<kHeadDim>>;

@@ -82,7 +82,8 @@ def test_plain_cache(seed, dtype_name, head_dim, num_splits, mask, seqlen_q, hea
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-@pytest.mark.parametrize("page_size", [16, 48, 256])
+# 128 (d <= 128) and 80 (d 256) hold whole key blocks: one TMA box per block.
+@pytest.mark.parametrize("page_size", [16, 48, 80, 128, 256])
 @pytest.mark.parametrize("num_splits", SPLITS)
 def test_paged_cache(seed, head_dim, page_size, num_splits):
     require_built("bf16", head_dim)
