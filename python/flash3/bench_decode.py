@@ -26,6 +26,10 @@ def parse_args(argv):
     p.add_argument("--batches", type=lambda t: tuple(int(x) for x in t.split(",")), default=BATCHES)
     p.add_argument("--json", default="bench_decode.json", metavar="FILE")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--splits", type=lambda t: tuple(int(x) for x in t.split(",")), default=(),
+                   metavar="N,N,...",
+                   help="also time flash3 (unpaged) at each of these num_splits, to tune the "
+                        "num_splits=0 heuristic (src/host/split_kv.cpp)")
     p.add_argument("--profile", action="store_true",
                    help="also list each call's GPU kernels and their mean durations (torch.profiler)")
     return p.parse_args(argv)
@@ -147,6 +151,13 @@ def run(args):
             copy_to = torch.empty_like(flat)
             row["copy"] = bandwidth(lambda: copy_to.copy_(flat), 2 * flat.numel() * 2)
             row["ratio_to_cudnn"] = row["flash3"] / row["cudnn"]
+            if args.splits:
+                row["by_splits"] = {n: bandwidth(lambda n=n: flash3.flash_attn_with_kvcache(
+                    q, k, v, cache_seqlens=seqlens, num_splits=n)) for n in args.splits}
+                best = max(row["by_splits"], key=row["by_splits"].get)
+                print("  TB/s by num_splits: " + "  ".join(
+                    f"{n}: {tb:.2f}" for n, tb in row["by_splits"].items()) +
+                    f"  (best {best}; chosen {row['flash3']:.2f})", flush=True)
             if args.profile:
                 _print_profile(torch, "flash3", lambda: flash3.flash_attn_with_kvcache(
                     q, k, v, cache_seqlens=seqlens))
