@@ -343,7 +343,21 @@ struct FwdMainloop {
         return make_tensor<Element>(acc_as_operand_a_layout(acc_s.layout()));
       }
     }();
+    // PackGQA's decode tiles hold a few live rows of 128: a warpgroup whose
+    // rows are all past the queries keeps the pipeline's protocol (waits,
+    // releases, turns) but gathers no Q, issues no GEMM and runs no softmax.
+    bool const idle = [&] {
+      if constexpr (kKvCache) {
+        constexpr int kRows = Traits::kBlockM / Traits::kNumConsumerWarpgroups;
+        int const first = tile.m_block * Traits::kBlockM +
+                          thread / cutlass::NumThreadsPerWarpGroup * kRows;
+        return query_row(p, tile, first).row >= tile.seqlen_q;
+      } else {
+        return false;
+      }
+    }();
     auto convert_p = [&] {
+      if (idle) return;
       if constexpr (Traits::kFp8) {
         convert_p_fp8(acc_s, tOrP);
       } else {
@@ -367,6 +381,7 @@ struct FwdMainloop {
     // O holds blocks after n_block in units of V block n_block + 1's scale;
     // before P V of block n_block joins, switch it to n_block's.
     auto o_rescale = [&](int n_block, auto o_scale) {
+      if (idle) return;
       if constexpr (Traits::kFp8) {
         float const units = v_scale(n_block + 1) / v_scale(n_block);
         for (float& factor : o_scale) factor *= units;
@@ -377,6 +392,7 @@ struct FwdMainloop {
     PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
     Mask const mask = make_mask(p, tile);
     auto mask_and_softmax = [&](int n_block) {
+      if (idle) return decltype(softmax.step(scores, 0.f)){};
       if (p.softcap_input_scale != 0.f) apply_softcap(scores, p.softcap_input_scale);
       if (mask.needs_right_mask(tile.m_block, n_block))
         mask.apply_right(scores, coords, tile.m_block, n_block);
@@ -388,8 +404,12 @@ struct FwdMainloop {
     // while its data is in flight would stall the other for nothing.
     auto wait_k = [&] { pipeline_k.consumer_wait(read_k); };
     auto wait_v = [&] { pipeline_v.consumer_wait(read_v); };
-    auto gemm_s = [&] { warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s); };
-    auto gemm_o = [&] { warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o); };
+    auto gemm_s = [&] {
+      if (!idle) warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
+    };
+    auto gemm_o = [&] {
+      if (!idle) warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+    };
     // After the matching warpgroup_wait: results readable, stage reusable.
     auto s_done = [&] {
       warpgroup_fence_operand(acc_s);
@@ -405,7 +425,7 @@ struct FwdMainloop {
 
     scheduler.start();
     if constexpr (kKvCache) {
-      gather_q(p, smem, tile, thread);
+      if (!idle) gather_q(p, smem, tile, thread);
     } else {
       smem.barrier_q.wait(q_phase);
     }
