@@ -13,7 +13,6 @@ embedding inside the kernel; varlen q (cu_seqlens_q); FP8 caches. (PackGQA is
 automatic; pack_gqa is accepted and ignored.)
 """
 
-import ctypes
 from typing import Optional
 
 import torch
