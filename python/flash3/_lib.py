@@ -396,14 +396,6 @@ def quantize_fp8(params, stream=None):
     raise_for_status(library().flash3_quantize_fp8(ctypes.addressof(params), stream))
 
 
-def fwd_workspace_size(params):
-    """Bytes of workspace flash3_fwd needs for a FwdParams' split count."""
-    size = ctypes.c_uint64(0)
-    raise_for_status(
-        library().flash3_fwd_workspace_size(ctypes.addressof(params), ctypes.byref(size)))
-    return size.value
-
-
 def combine(params, stream=None):
     """flash3_combine on a CombineParams; raises Flash3Error on failure."""
     raise_for_status(library().flash3_combine(ctypes.addressof(params), stream))
