@@ -35,8 +35,10 @@ extern "C" {
  *     flash3_quantize_fp8.
  * v7: KV cache (kv_batch_idx, leftpad_k, page_table, ...) and split-KV
  *     (num_splits, workspace) in flash3_fwd_params, flash3_fwd_workspace_size,
- *     flash3_combine, FLASH3_DTYPE_FLOAT32 (combine's output only). */
-#define FLASH3_ABI_VERSION 7
+ *     flash3_combine, FLASH3_DTYPE_FLOAT32 (combine's output only).
+ * v8: append to the KV cache with rotary embedding (k_new, v_new, seqlen_new,
+ *     rotary_*) in flash3_fwd_params. */
+#define FLASH3_ABI_VERSION 8
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -144,6 +146,26 @@ typedef struct flash3_fwd_params {
   int32_t v7_padding;   /* ignored: keeps workspace 8-byte aligned */
   void* workspace;
   uint64_t workspace_bytes;
+  /* v8. Append (KV cache, needs seqused_k; flash3::ForwardParams says it in
+   * full): k_new and v_new (batch, seqlen_new, num_heads_kv, head_dim) become
+   * keys [seqused_k[b], seqused_k[b] + seqlen_new) of batch entry b's cache,
+   * written by the attention kernel, which attends to them too. Rotary (with
+   * append): rotary_cos / rotary_sin, contiguous (rotary_seqlen >= seqlen_k,
+   * rotary_dim / 2) of q's dtype, rotate the first rotary_dim (a multiple of
+   * 16) values of the new keys (key i at position seqused_k[b] + i) and of q
+   * (row i at seqused_k[b] + i when rotary_q_per_row, else all at
+   * seqused_k[b]); pairs (2j, 2j + 1) when rotary_interleaved, else (j, j +
+   * rotary_dim / 2). */
+  flash3_tensor k_new;
+  flash3_tensor v_new;
+  const void* rotary_cos;
+  const void* rotary_sin;
+  int32_t seqlen_new;
+  int32_t rotary_dim;
+  int32_t rotary_seqlen;
+  int32_t rotary_interleaved;
+  int32_t rotary_q_per_row;
+  int32_t v8_padding; /* ignored: keeps the size a multiple of 8 */
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */

@@ -132,6 +132,31 @@ struct ForwardParams {
   int num_splits = 0;
   void* workspace = nullptr;  // device memory of at least forward_workspace_size() bytes
   size_t workspace_bytes = 0;
+  // Append (KV cache, needs seqused_k): k_new and v_new (batch, seqlen_new,
+  // heads_kv, head_dim), q's dtype, become keys [seqused_k[b], seqused_k[b] +
+  // seqlen_new) of batch entry b's cache (through the page table when paged),
+  // written by the attention kernel itself, which then attends to keys
+  // [leftpad_k[b], seqused_k[b] + seqlen_new). seqused_k stays the count
+  // before the call (the caller advances it). New keys past seqlen_k (the
+  // capacity) are dropped, and entries or pages outside the cache are not
+  // written.
+  Tensor4d k_new;
+  Tensor4d v_new;
+  int seqlen_new = 0;
+  // Rotary embedding (with append only): rotary_cos and rotary_sin, contiguous
+  // (rotary_seqlen >= seqlen_k, rotary_dim / 2) of q's dtype, rotate the first
+  // rotary_dim (a multiple of 16, <= head_dim) values of each new key and of
+  // q: new key i by the angles of row seqused_k[b] + i; query row i by those
+  // of row seqused_k[b] + i with rotary_q_per_row (FA sets it when causal or
+  // windowed), else of row seqused_k[b]. Pairs are (2j, 2j + 1) when
+  // rotary_interleaved, else (j, j + rotary_dim / 2) (GPT-NeoX). q itself is
+  // not modified.
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int rotary_dim = 0;
+  int rotary_seqlen = 0;
+  bool rotary_interleaved = false;
+  bool rotary_q_per_row = false;
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message

@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -130,6 +130,17 @@ class FwdParams(ctypes.Structure):
         ("v7_padding", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_uint64),
+        # v8: append with rotary
+        ("k_new", Tensor),
+        ("v_new", Tensor),
+        ("rotary_cos", ctypes.c_void_p),
+        ("rotary_sin", ctypes.c_void_p),
+        ("seqlen_new", ctypes.c_int32),
+        ("rotary_dim", ctypes.c_int32),
+        ("rotary_seqlen", ctypes.c_int32),
+        ("rotary_interleaved", ctypes.c_int32),
+        ("rotary_q_per_row", ctypes.c_int32),
+        ("v8_padding", ctypes.c_int32),
     ]
 
     def __init__(self, **fields):
@@ -247,15 +258,18 @@ _FWD_PACKER = struct.Struct(
 
 # The KV-cache fields, packed at kv_batch_idx's offset: the batch index,
 # leftpad and page table pointers, the page table's row stride, page_size,
-# cache_batch, num_splits, v7_padding (a pad), the workspace and its size.
-_FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ")
+# cache_batch, num_splits, v7_padding (a pad), the workspace and its size;
+# then append's k_new and v_new (data and 4 strides each), the rotary
+# tables, seqlen_new, rotary_dim, rotary_seqlen, rotary_interleaved,
+# rotary_q_per_row and v8_padding (a pad).
+_FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ" + "P4q" * 2 + "2P" + "5i4x")
 
 
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
     for packer, first, last in ((_FWD_PACKER, None, FwdParams.total_k),
                                 (_FWD_CACHE_PACKER, FwdParams.kv_batch_idx,
-                                 FwdParams.workspace_bytes)):
+                                 FwdParams.v8_padding)):
         start = 0 if first is None else first.offset
         if packer.size != last.offset + last.size - start:
             raise ImportError(
@@ -457,7 +471,7 @@ class FwdLauncher:
         """`fields`: the values of FwdParams after struct_size, in order, with
         each tensor flattened to (data, stride0, stride1, stride2, stride3)
         and lse, sinks and varlen's arrays as addresses (0 for NULL); `cache`
-        (with_cache only): the fields from kv_batch_idx on, v7_padding left out."""
+        (with_cache only): the fields from kv_batch_idx on, the padding left out."""
         status = self._fwd(self._pack(fields, cache), stream)
         if status:
             raise_for_status(status)

@@ -21,12 +21,14 @@ constexpr uint64_t kFwdParamsSizeV3 = 240;
 constexpr uint64_t kFwdParamsSizeV4 = 280;  // unchanged in v5
 constexpr uint64_t kFwdParamsSizeV6 = 376;
 constexpr uint64_t kFwdParamsSizeV7 = 440;
+constexpr uint64_t kFwdParamsSizeV8 = 560;
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
 static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
 static_assert(offsetof(flash3_fwd_params, q_scale) == kFwdParamsSizeV4);
 static_assert(offsetof(flash3_fwd_params, kv_batch_idx) == kFwdParamsSizeV6);
-static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV7,
+static_assert(offsetof(flash3_fwd_params, k_new) == kFwdParamsSizeV7);
+static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV8,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kQuantizeParamsSizeV6 = sizeof(flash3_quantize_fp8_params);
@@ -110,6 +112,15 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.num_splits = p.num_splits;
   out.workspace = p.workspace;
   out.workspace_bytes = static_cast<size_t>(p.workspace_bytes);
+  out.k_new = to_cpp(p.k_new);
+  out.v_new = to_cpp(p.v_new);
+  out.seqlen_new = p.seqlen_new;
+  out.rotary_cos = p.rotary_cos;
+  out.rotary_sin = p.rotary_sin;
+  out.rotary_dim = p.rotary_dim;
+  out.rotary_seqlen = p.rotary_seqlen;
+  out.rotary_interleaved = p.rotary_interleaved != 0;
+  out.rotary_q_per_row = p.rotary_q_per_row != 0;
   return out;
 }
 

@@ -124,7 +124,11 @@ CheckResult check_device_pointers(const ForwardParams& p, int device) {
                               {"workspace", p.workspace, has_keys && p.workspace != nullptr},
                               {"q_scale", p.q_scale.data, p.q_scale.data != nullptr},
                               {"k_scale", p.k_scale.data, has_keys && p.k_scale.data != nullptr},
-                              {"v_scale", p.v_scale.data, has_keys && p.v_scale.data != nullptr}},
+                              {"v_scale", p.v_scale.data, has_keys && p.v_scale.data != nullptr},
+                              {"k_new", p.k_new.data, has_keys && p.seqlen_new > 0},
+                              {"v_new", p.v_new.data, has_keys && p.seqlen_new > 0},
+                              {"rotary_cos", p.rotary_cos, has_keys && p.rotary_dim > 0},
+                              {"rotary_sin", p.rotary_sin, has_keys && p.rotary_dim > 0}},
                              device);
 }
 

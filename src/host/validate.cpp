@@ -210,6 +210,51 @@ CheckResult check_kv_cache(const ForwardParams& p) {
   return {};
 }
 
+// Append and rotary (flash3.hpp): the KV-cache kernel writes k_new / v_new
+// with 16-byte stores, which TMA's rules on the tensors also cover.
+CheckResult check_append(const ForwardParams& p) {
+  if (p.seqlen_new < 0) return invalid(cat("seqlen_new must be >= 0 (0: no append); got ", p.seqlen_new));
+  if (p.rotary_dim < 0) return invalid(cat("rotary_dim must be >= 0 (0: no rotary); got ", p.rotary_dim));
+  if (p.seqlen_new == 0) {
+    if (p.rotary_dim > 0)
+      return invalid(cat("rotary_dim: rotary embedding applies to appended keys and needs "
+                         "seqlen_new >= 1; got rotary_dim ", p.rotary_dim, " with seqlen_new 0"));
+    return {};
+  }
+  if (p.seqlen_q == 0)
+    return invalid("seqlen_q must be >= 1 when appending: the attention kernel writes the new keys");
+  if (p.seqused_k == nullptr || p.cu_seqlens_q != nullptr)
+    return invalid(cat("seqused_k: appending (seqlen_new = ", p.seqlen_new, ") needs each batch "
+                       "entry's cached key count, where its new keys go, and fixed-length q; got ",
+                       p.cu_seqlens_q != nullptr ? "varlen q" : "seqused_k = NULL"));
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return unsupported(cat("seqlen_new: appending to the cache takes bf16 or fp16; got dtype ",
+                           dtype_name(p.dtype)));
+  if (int64_t{p.seqlen_k} + p.seqlen_new > kMaxRows)
+    return invalid(cat("seqlen_k + seqlen_new must be at most ", kMaxRows, "; got ",
+                       int64_t{p.seqlen_k} + p.seqlen_new));
+  if (p.batch > 0) {
+    for (CheckResult r : {check_tensor("k_new", p.k_new, dtype_bytes(p.dtype)),
+                          check_tensor("v_new", p.v_new, dtype_bytes(p.dtype))})
+      if (!r.ok()) return r;
+  }
+  if (p.rotary_dim == 0) return {};
+  if (p.rotary_dim % 16 != 0 || p.rotary_dim > p.head_dim)
+    return unsupported(cat("rotary_dim: multiples of 16 up to head_dim (", p.head_dim,
+                           ") are supported; got ", p.rotary_dim));
+  if (p.rotary_cos == nullptr || p.rotary_sin == nullptr)
+    return invalid(cat(p.rotary_cos == nullptr ? "rotary_cos" : "rotary_sin",
+                       ": expected a (rotary_seqlen, rotary_dim / 2) table with rotary_dim ",
+                       p.rotary_dim, "; got NULL"));
+  for (CheckResult r : {check_aligned_pointer("rotary_cos", static_cast<const uint16_t*>(p.rotary_cos)),
+                        check_aligned_pointer("rotary_sin", static_cast<const uint16_t*>(p.rotary_sin))})
+    if (!r.ok()) return r;
+  if (p.rotary_seqlen < p.seqlen_k)
+    return invalid(cat("rotary_seqlen: the cos / sin tables must cover every cache position, "
+                       "rotary_seqlen >= seqlen_k (", p.seqlen_k, "); got ", p.rotary_seqlen));
+  return {};
+}
+
 // What FP8 adds to the forward's rules: no softcap, no varlen, and scales.
 CheckResult check_fp8(const ForwardParams& p) {
   if (p.softcap != 0.f)
@@ -368,6 +413,7 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
                        p.heads_kv, ")"));
   if (CheckResult r = check_varlen(p); !r.ok()) return r;
   if (CheckResult r = check_kv_cache(p); !r.ok()) return r;
+  if (CheckResult r = check_append(p); !r.ok()) return r;
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (!varlen) {
     if (CheckResult r = check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q));

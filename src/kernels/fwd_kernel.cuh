@@ -81,15 +81,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     return !Traits::kVarlen || tile.m_block * Traits::kBlockM < tile.seqlen_q;
   };
 
+  // Append (KV cache): the consumers write the new keys into the cache, and
+  // the producer's warp waits for them (kAppended) before loading. One named
+  // barrier phase per tile holds only while a CTA runs one tile, as every
+  // KV-cache (banded) grid does.
+  static_assert(!(Traits::kKvCache && kPersistent));
+  bool const appends = Traits::kKvCache && params.seqlen_new > 0;
+
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (!is_producer_thread) return;
+    if (!(is_producer_thread || (appends && cutlass::canonical_warp_idx_sync() == 0))) return;
     auto write = cutlass::make_producer_start_state<PipelineKV>();
     int q_loads = 0;
     for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {
       auto const [tile, n_block_begin, n_block_end] = work(t);
+      if (appends && has_rows(tile))
+        cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads + cutlass::NumThreadsPerWarp,
+                                          uint32_t(FwdNamedBarrier::kAppended));
       // Rows that see no key need no loads; the consumers write 0 and -inf.
-      if (!has_rows(tile) || n_block_begin >= n_block_end) continue;
+      if (!is_producer_thread || !has_rows(tile) || n_block_begin >= n_block_end) continue;
       // (KV cache: the consumers gather Q themselves; FwdMainloop::gather_q.)
       if (!Traits::kKvCache && q_loads > 0) smem.barrier_q_free.wait((q_loads - 1) & 1);
       Mainloop::load(params, smem, tile, n_block_begin, n_block_end, pipeline_k, pipeline_v,
@@ -110,6 +120,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       constexpr int kRows = decltype(size<0>(acc_rowcol_layout(acc_o.layout())))::value;
       OnlineSoftmax<kRows, Traits::kSoftmaxMaxOffset> softmax;
       float o_units = 1.f;  // what acc_o is in units of (FwdMainloop::compute)
+      if (appends) Mainloop::append_kv(params, tile, n_block_begin, n_block_end, thread);
       if (n_block_begin < n_block_end) {
         o_units = Mainloop::compute(params, smem, tile, n_block_begin, n_block_end, thread,
                                     q_loads & 1, pipeline_k, pipeline_v, read_k, read_v, acc_o,

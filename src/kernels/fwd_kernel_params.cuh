@@ -3,7 +3,23 @@
 
 #include <cstdint>
 
+#include "kernels/rotary.cuh"
+
 namespace flash3::kernels {
+
+// Rows of a (batch, rows, heads, head_dim) tensor with unit stride along
+// head_dim; `batch` counts pages for a paged cache.
+template <class T>
+struct StridedRows {
+  T* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t row_stride = 0;
+  int64_t head_stride = 0;
+
+  __host__ __device__ T* row(int batch, int row, int head) const {
+    return data + batch * batch_stride + row * row_stride + head * head_stride;
+  }
+};
 
 // FP8 dequantization scales of one tensor, indexed (batch, head, block of
 // kFp8ScaleBlock rows); a per-tensor or per-head descale has block stride 0.
@@ -83,10 +99,7 @@ struct FwdKernelParams {
   // (batch, seqlen_q, heads_q, head_dim) themselves: a packed tile's rows
   // are not one TMA box.
   int pack;
-  typename Traits::Element const* q;
-  int64_t q_batch_stride;
-  int64_t q_row_stride;
-  int64_t q_head_stride;
+  StridedRows<typename Traits::Element const> q;
   // Split-KV (kKvCache): num_splits > 1 writes each split's normalized
   // output and LSE (without the sink) to o_partial (split, batch, heads_q,
   // seqlen_q, head_dim) and lse_partial (split, batch, heads_q, seqlen_q),
@@ -94,6 +107,21 @@ struct FwdKernelParams {
   int num_splits;
   float* o_partial;
   float* lse_partial;
+  // Append (kKvCache, seqlen_new > 0): batch entry b's rows of k_new / v_new
+  // (batch, seqlen_new, heads_kv, head_dim) become keys [cached, cached +
+  // seqlen_new) of its cache (cached = seqused_k[b], the keys before this
+  // call; rows past seqlen_k are dropped), written by the kernel before it
+  // reads them (FwdMainloop::append_kv), and the tile's keys end there. With
+  // rotary (rotary.cos set) the new keys' and q's first rotary.dim values
+  // rotate: new key i at position cached + i, query row i at cached + i when
+  // rotary_q_per_row (causal or windowed, FA's rule), else all at cached.
+  int seqlen_new;
+  StridedRows<typename Traits::Element const> k_new;
+  StridedRows<typename Traits::Element const> v_new;
+  StridedRows<typename Traits::Element> k_cache;  // (cache_batch or pages, rows, heads_kv)
+  StridedRows<typename Traits::Element> v_cache;
+  Rotary<typename Traits::Element> rotary;
+  bool rotary_q_per_row;
 };
 
 }  // namespace flash3::kernels

@@ -124,13 +124,17 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
       {},
       {},
       pack,
-      nullptr,
-      0,
-      0,
-      0,
+      {},
       splits,
       nullptr,
       nullptr,
+      0,  // append: set below
+      {},
+      {},
+      {},
+      {},
+      {},
+      false,
   };
   if constexpr (kKvCache) {
     kp.kv_batch_idx = p.kv_batch_idx;
@@ -139,10 +143,20 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
     kp.page_table = p.page_table;
     kp.page_table_stride = p.page_table_stride;
     kp.page_size = p.page_size;
-    kp.q = static_cast<typename Traits::Element const*>(p.q.data);
-    kp.q_batch_stride = p.q.stride[0];
-    kp.q_row_stride = p.q.stride[1];
-    kp.q_head_stride = p.q.stride[2];
+    using Element = typename Traits::Element;
+    kp.q = strided_rows<Element const>(p.q);
+    if (p.seqlen_new > 0) {
+      kp.seqlen_new = p.seqlen_new;
+      kp.k_new = strided_rows<Element const>(p.k_new);
+      kp.v_new = strided_rows<Element const>(p.v_new);
+      kp.k_cache = strided_rows<Element>(p.k);
+      kp.v_cache = strided_rows<Element>(p.v);
+      if (p.rotary_dim > 0) {
+        kp.rotary = {static_cast<Element const*>(p.rotary_cos), static_cast<Element const*>(p.rotary_sin),
+                     p.rotary_dim, p.rotary_seqlen, p.rotary_interleaved};
+        kp.rotary_q_per_row = p.rotary_q_per_row;
+      }
+    }
     if (p.page_table != nullptr) {
       auto const page_box = [&](Tensor4d const& t) {
         return make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(t, p.cache_batch, p.page_size, p.heads_kv),

@@ -25,7 +25,8 @@ using namespace cute;
 // cache: the cache entry, first key and key count (otherwise left 0: the
 // lengths are the params'). kv_batch: K / V's batch index; split: which
 // split of the keys (split-KV). PackGQA: head is the first of the tile's
-// `pack` heads (FwdMainloop::query_row).
+// `pack` heads (FwdMainloop::query_row). cached_k (append): the cache's keys
+// before this call, where the new ones start.
 struct FwdTile {
   int m_block;
   int head;
@@ -36,6 +37,7 @@ struct FwdTile {
   int seqlen_k = 0;
   int kv_batch = 0;
   int split = 0;
+  int cached_k = 0;
 };
 
 template <class Traits>
@@ -78,10 +80,12 @@ struct FwdMainloop {
       // Device arrays the host cannot check: clamped into the cache, so
       // inconsistent ones give a wrong answer, never an access outside it
       // (a batch index outside the cache reads TMA's zeros).
-      int const used = p.seqused_k != nullptr ? min(max(p.seqused_k[batch], 0), p.seqlen_k) : p.seqlen_k;
+      int const cached = p.seqused_k != nullptr ? min(max(p.seqused_k[batch], 0), p.seqlen_k) : p.seqlen_k;
+      int const used = min(cached + p.seqlen_new, p.seqlen_k);
       int const leftpad = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), used) : 0;
       int const kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[batch] : batch;
-      return {m_block, head * p.pack, batch, 0, leftpad, p.seqlen_q, used - leftpad, kv_batch, split};
+      return {m_block, head * p.pack, batch, 0, leftpad, p.seqlen_q, used - leftpad, kv_batch, split,
+              cached};
     } else {
       return {m_block, head, batch, 0, 0, 0, 0, batch};
     }
@@ -263,6 +267,52 @@ struct FwdMainloop {
     }
   }
 
+  CUTE_DEVICE static uint4 load_chunk(Element const* at) { return *reinterpret_cast<uint4 const*>(at); }
+
+  // Append (p.seqlen_new > 0; run by all consumer threads, before any TMA
+  // load of the tile: FwdKernel's producer waits on kAppended): the new keys
+  // and values this tile reads, those of key blocks [n_block_begin,
+  // n_block_end), into the cache, keys rotated. The tile of query block 0 and
+  // split 0 writes all of them, so keys no query sees (left of every
+  // window) are in the cache too. Tiles of one KV head that read the same
+  // keys write the same values: whichever store lands, a read sees them.
+  // Entries or pages outside the cache are not written (their TMA reads
+  // give zeros).
+  CUTE_DEVICE static void append_kv(Params const& p, FwdTile const& tile, int n_block_begin,
+                                    int n_block_end, int thread) {
+    constexpr int kChunk = 16 / sizeof(Element);
+    constexpr int kChunksPerRow = kHeadDim / kChunk;
+    int const end = tile.offset_k + tile.seqlen_k;
+    bool const writes_all = tile.m_block == 0 && tile.split == 0;
+    int const first = writes_all ? tile.cached_k
+                                 : max(tile.cached_k, tile.offset_k + n_block_begin * Traits::kBlockN);
+    int const last = writes_all ? end : min(end, tile.offset_k + n_block_end * Traits::kBlockN);
+    int const kv_head = tile.head / p.heads_per_kv_head;
+    for (int c = thread; c < (last - first) * kChunksPerRow; c += Traits::kNumConsumerThreads) {
+      int const key = first + c / kChunksPerRow;
+      int const col = c % kChunksPerRow * kChunk;
+      int entry = tile.kv_batch, row = key;
+      if (p.page_table != nullptr) {
+        entry = p.page_table[tile.batch * p.page_table_stride + key / p.page_size];
+        row = key % p.page_size;
+      }
+      if (entry < 0 || entry >= p.cache_batch) continue;
+      int const i = key - tile.cached_k;
+      Element const* const k_row = p.k_new.row(tile.batch, i, kv_head);
+      uint4 k = load_chunk(k_row + col);
+      if (p.rotary.rotates(col))
+        k = p.rotary.rotate(k, p.rotary.interleaved ? k : load_chunk(k_row + p.rotary.partner(col)), col, key);
+      *reinterpret_cast<uint4*>(p.k_cache.row(entry, row, kv_head) + col) = k;
+      *reinterpret_cast<uint4*>(p.v_cache.row(entry, row, kv_head) + col) =
+          load_chunk(p.v_new.row(tile.batch, i, kv_head) + col);
+    }
+    // The producer's TMA (the async proxy) reads what these generic stores
+    // wrote; CUTLASS has this fence for shared memory only.
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    cutlass::arch::NamedBarrier::arrive(Traits::kNumConsumerThreads + cutlass::NumThreadsPerWarp,
+                                        uint32_t(FwdNamedBarrier::kAppended));
+  }
+
   // KV cache (PackGQA's rows are no TMA box): each consumer warpgroup
   // gathers the 64 rows of Q its GEMMs read, 16 bytes per load (all loads
   // before any store, so they are in flight together), zeros past the
@@ -280,18 +330,30 @@ struct FwdMainloop {
     static_assert(kLoads * kThreads == kRows * kChunksPerRow);
     int const warpgroup = thread / kThreads;
     int const first_row = warpgroup * kRows;
-    Element const* const q = p.q + tile.batch * p.q_batch_stride;
     uint4 chunks[kLoads];
+    auto const query_of = [&](int c) {
+      return query_row(p, tile, tile.m_block * Traits::kBlockM + first_row + c / kChunksPerRow);
+    };
     CUTE_UNROLL
     for (int i = 0; i < kLoads; ++i) {
       int const c = i * kThreads + thread % kThreads;
-      QueryRow const query =
-          query_row(p, tile, tile.m_block * Traits::kBlockM + first_row + c / kChunksPerRow);
+      QueryRow const query = query_of(c);
       chunks[i] = query.row < tile.seqlen_q
-                      ? *reinterpret_cast<uint4 const*>(q + query.row * p.q_row_stride +
-                                                         query.head * p.q_head_stride +
-                                                         c % kChunksPerRow * kChunk)
+                      ? load_chunk(p.q.row(tile.batch, query.row, query.head) + c % kChunksPerRow * kChunk)
                       : make_uint4(0, 0, 0, 0);
+    }
+    if (p.rotary.cos != nullptr) {
+      CUTE_UNROLL
+      for (int i = 0; i < kLoads; ++i) {
+        int const c = i * kThreads + thread % kThreads;
+        int const col = c % kChunksPerRow * kChunk;
+        QueryRow const query = query_of(c);
+        if (query.row >= tile.seqlen_q || !p.rotary.rotates(col)) continue;
+        Element const* const row = p.q.row(tile.batch, query.row, query.head);
+        uint4 const partner = p.rotary.interleaved ? chunks[i] : load_chunk(row + p.rotary.partner(col));
+        int const position = tile.cached_k + (p.rotary_q_per_row ? query.row : 0);
+        chunks[i] = p.rotary.rotate(chunks[i], partner, col, position);
+      }
     }
     CUTE_UNROLL
     for (int i = 0; i < kLoads; ++i) {
@@ -346,7 +408,9 @@ struct FwdMainloop {
     // PackGQA's decode tiles hold a few live rows of 128: a warpgroup whose
     // rows are all past the queries keeps the pipeline's protocol (waits,
     // releases, turns) but gathers no Q, issues no GEMM and runs no softmax.
-    bool const idle = [&] {
+    // It runs its own copy of the loop (run(true_type)): a runtime test around
+    // each WGMMA makes ptxas serialize them all (its warning C7515).
+    bool const idle_rows = [&] {
       if constexpr (kKvCache) {
         constexpr int kRows = Traits::kBlockM / Traits::kNumConsumerWarpgroups;
         int const first = tile.m_block * Traits::kBlockM +
@@ -356,8 +420,8 @@ struct FwdMainloop {
         return false;
       }
     }();
-    auto convert_p = [&] {
-      if (idle) return;
+    auto convert_p = [&](auto idle) {
+      if constexpr (decltype(idle)::value) return;
       if constexpr (Traits::kFp8) {
         convert_p_fp8(acc_s, tOrP);
       } else {
@@ -380,8 +444,8 @@ struct FwdMainloop {
     };
     // O holds blocks after n_block in units of V block n_block + 1's scale;
     // before P V of block n_block joins, switch it to n_block's.
-    auto o_rescale = [&](int n_block, auto o_scale) {
-      if (idle) return;
+    auto o_rescale = [&](auto idle, int n_block, auto o_scale) {
+      if constexpr (decltype(idle)::value) return;
       if constexpr (Traits::kFp8) {
         float const units = v_scale(n_block + 1) / v_scale(n_block);
         for (float& factor : o_scale) factor *= units;
@@ -391,8 +455,8 @@ struct FwdMainloop {
 
     PingPongScheduler<Traits::kPingPong> const scheduler{thread / cutlass::NumThreadsPerWarpGroup};
     Mask const mask = make_mask(p, tile);
-    auto mask_and_softmax = [&](int n_block) {
-      if (idle) return decltype(softmax.step(scores, 0.f)){};
+    auto mask_and_softmax = [&](auto idle, int n_block) {
+      if constexpr (decltype(idle)::value) return decltype(softmax.step(scores, 0.f)){};
       if (p.softcap_input_scale != 0.f) apply_softcap(scores, p.softcap_input_scale);
       if (mask.needs_right_mask(tile.m_block, n_block))
         mask.apply_right(scores, coords, tile.m_block, n_block);
@@ -404,11 +468,11 @@ struct FwdMainloop {
     // while its data is in flight would stall the other for nothing.
     auto wait_k = [&] { pipeline_k.consumer_wait(read_k); };
     auto wait_v = [&] { pipeline_v.consumer_wait(read_v); };
-    auto gemm_s = [&] {
-      if (!idle) warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
+    auto gemm_s = [&](auto idle) {
+      if constexpr (!decltype(idle)::value) warpgroup_gemm<true>(mma_s, tSrQ, tSrK(_, _, _, read_k.index()), acc_s);
     };
-    auto gemm_o = [&] {
-      if (!idle) warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
+    auto gemm_o = [&](auto idle) {
+      if constexpr (!decltype(idle)::value) warpgroup_gemm<false>(mma_o, tOrP, tOrV(_, _, _, read_v.index()), acc_o);
     };
     // After the matching warpgroup_wait: results readable, stage reusable.
     auto s_done = [&] {
@@ -425,7 +489,7 @@ struct FwdMainloop {
 
     scheduler.start();
     if constexpr (kKvCache) {
-      if (!idle) gather_q(p, smem, tile, thread);
+      if (!idle_rows) gather_q(p, smem, tile, thread);
     } else {
       smem.barrier_q.wait(q_phase);
     }
@@ -433,61 +497,68 @@ struct FwdMainloop {
     auto q_done = [&] {
       if constexpr (!kKvCache) smem.barrier_q_free.arrive();
     };
-    if constexpr (Traits::kIntraWarpgroupOverlap) {
-      int n_block = n_block_end - 1;
-      wait_k();
-      scheduler.wait_turn();
-      gemm_s();
-      scheduler.pass_turn();
-      warpgroup_wait<0>();
-      s_done();
-      mask_and_softmax(n_block);  // O is still zero: its scale factor is moot
-      convert_p();
-      for (--n_block; n_block >= n_block_begin; --n_block) {
-        wait_k();
-        wait_v();
-        scheduler.wait_turn();
-        gemm_s();
-        gemm_o();
-        scheduler.pass_turn();
-        warpgroup_wait<1>();  // S is ready; O += P V still runs
-        s_done();
-        auto const o_scale = mask_and_softmax(n_block);
-        warpgroup_wait<0>();
-        o_done();
-        o_rescale(n_block, o_scale);
-        convert_p();
-      }
-      q_done();
-      wait_v();
-      scheduler.wait_turn();
-      gemm_o();
-      scheduler.pass_last_turn();
-      warpgroup_wait<0>();
-      o_done();
-    } else {  // the ablation baseline: each GEMM waited for before the softmax
-      for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
+    auto run = [&](auto idle) {
+      if constexpr (Traits::kIntraWarpgroupOverlap) {
+        int n_block = n_block_end - 1;
         wait_k();
         scheduler.wait_turn();
-        gemm_s();
+        gemm_s(idle);
         scheduler.pass_turn();
         warpgroup_wait<0>();
         s_done();
-        auto const o_scale = mask_and_softmax(n_block);
-        if (n_block < n_block_end - 1) o_rescale(n_block, o_scale);
-        convert_p();
-        wait_v();
-        scheduler.wait_turn();
-        gemm_o();
-        if (n_block > n_block_begin) {
+        mask_and_softmax(idle, n_block);  // O is still zero: its scale factor is moot
+        convert_p(idle);
+        for (--n_block; n_block >= n_block_begin; --n_block) {
+          wait_k();
+          wait_v();
+          scheduler.wait_turn();
+          gemm_s(idle);
+          gemm_o(idle);
           scheduler.pass_turn();
-        } else {
-          scheduler.pass_last_turn();
+          warpgroup_wait<1>();  // S is ready; O += P V still runs
+          s_done();
+          auto const o_scale = mask_and_softmax(idle, n_block);
+          warpgroup_wait<0>();
+          o_done();
+          o_rescale(idle, n_block, o_scale);
+          convert_p(idle);
         }
+        q_done();
+        wait_v();
+        scheduler.wait_turn();
+        gemm_o(idle);
+        scheduler.pass_last_turn();
         warpgroup_wait<0>();
         o_done();
+      } else {  // the ablation baseline: each GEMM waited for before the softmax
+        for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
+          wait_k();
+          scheduler.wait_turn();
+          gemm_s(idle);
+          scheduler.pass_turn();
+          warpgroup_wait<0>();
+          s_done();
+          auto const o_scale = mask_and_softmax(idle, n_block);
+          if (n_block < n_block_end - 1) o_rescale(idle, n_block, o_scale);
+          convert_p(idle);
+          wait_v();
+          scheduler.wait_turn();
+          gemm_o(idle);
+          if (n_block > n_block_begin) {
+            scheduler.pass_turn();
+          } else {
+            scheduler.pass_last_turn();
+          }
+          warpgroup_wait<0>();
+          o_done();
+        }
+        q_done();
       }
-      q_done();
+    };
+    if (kKvCache && idle_rows) {
+      run(cute::true_type{});
+    } else {
+      run(cute::false_type{});
     }
     return v_scale(n_block_begin);
   }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "flash3/flash3.hpp"
+#include "kernels/fwd_kernel_params.cuh"
 
 namespace flash3::kernels {
 
@@ -57,6 +58,12 @@ typename Traits::GmemTensor gmem_tensor(Tensor4d const& t, int batch, int seqlen
       make_gmem_ptr(static_cast<Element const*>(t.data)),
       make_layout(make_shape(int32_t(seqlen), Int<Traits::kHeadDim>{}, int32_t(heads), int32_t(batch)),
                   make_stride(t.stride[1], _1{}, t.stride[2], t.stride[0])));
+}
+
+// A Tensor4d's rows for kernels that address them themselves.
+template <class T>
+StridedRows<T> strided_rows(Tensor4d const& t) {
+  return {static_cast<T*>(t.data), t.stride[0], t.stride[1], t.stride[2]};
 }
 
 }  // namespace flash3::kernels

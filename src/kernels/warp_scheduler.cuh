@@ -14,6 +14,7 @@ enum class FwdNamedBarrier : uint32_t {
   kConsumer0Turn = 0,
   kConsumer1Turn = 1,
   kQGathered0 = 2,  // consumer warpgroup 0 (1: + 1) has written its rows of Q (gather_q)
+  kAppended = 4,    // the consumers have written the new keys and values (append_kv)
 };
 
 // kEnabled = false: every call is a no-op (the ablation without ping-pong).

@@ -22,6 +22,7 @@ constexpr uint64_t kSizeV3 = 240;  // ... in ABI v3 (sinks)
 constexpr uint64_t kSizeV4 = 280;  // ... in ABI v4 (varlen)
 constexpr uint64_t kSizeV6 = 376;  // ... in ABI v6 (FP8 scales)
 constexpr uint64_t kSizeV7 = 440;  // ... in ABI v7 (KV cache, split-KV)
+constexpr uint64_t kSizeV8 = 560;  // ... in ABI v8 (append with rotary)
 // A (dtype, head dim) this build has, from CMake.
 constexpr int kDType = FLASH3_TEST_DTYPE;
 constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
@@ -93,7 +94,8 @@ TEST(CAbi, StructSizesAreFrozen) {
   EXPECT_EQ(offsetof(flash3_fwd_params, cu_seqlens_q), kSizeV3);
   EXPECT_EQ(offsetof(flash3_fwd_params, q_scale), kSizeV4);
   EXPECT_EQ(offsetof(flash3_fwd_params, kv_batch_idx), kSizeV6);
-  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV7);
+  EXPECT_EQ(offsetof(flash3_fwd_params, k_new), kSizeV7);
+  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV8);
 }
 
 // A caller compiled against the v1 header passes 216 bytes: the library must
@@ -184,8 +186,8 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   p.future_field = 1;
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
-               "params->struct_size: 448 bytes, with fields set beyond the 440 bytes this library "
-               "knows (ABI v7); upgrade flash3 or leave the newer fields zero");
+               "params->struct_size: 568 bytes, with fields set beyond the 560 bytes this library "
+               "knows (ABI v8); upgrade flash3 or leave the newer fields zero");
 }
 
 TEST(CAbi, ValidationMessagesComeThrough) {
@@ -240,7 +242,7 @@ TEST(CAbi, LastErrorIsPerThread) {
 TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_version(), "0.1.0");
   EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
-  EXPECT_EQ(flash3_abi_version(), 7);
+  EXPECT_EQ(flash3_abi_version(), 8);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16|e4m3))* "

@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 7
+    assert _lib.abi_version() == _lib.ABI_VERSION == 8
 
 
 def test_build_info_lists_configurations():
@@ -75,7 +75,8 @@ def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
     # each version's fields start where the previous version's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
-    assert ctypes.sizeof(_lib.FwdParams) == 440
+    assert ctypes.sizeof(_lib.FwdParams) == 560
+    assert _lib.FwdParams.k_new.offset == 440
     assert ctypes.sizeof(_lib.BwdParams) == 464
     assert _lib.BwdParams.cu_seqlens_q.offset == 424
     assert _lib.FwdParams.sinks.offset == 232
