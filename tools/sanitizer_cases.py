@@ -91,6 +91,16 @@ def kvcache_cases():
             flash3.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=seqlens,
                                            cache_leftpad=leftpad, cache_batch_idx=batch_idx,
                                            causal=True, num_splits=splits)
+        # Append with half-dim NeoX rotary: to an empty entry, and past the capacity.
+        v_cache = torch.randn_like(k_cache)
+        new = torch.randn(3, 5, 2, d, device="cuda", dtype=torch.bfloat16)
+        angles = torch.randn(301, d // 4, device="cuda", dtype=torch.bfloat16)
+        cached = torch.tensor([296, 0, 300], dtype=torch.int32, device="cuda")
+        for splits in (1, 3):
+            flash3.flash_attn_with_kvcache(q, k_cache, v_cache, k=new, v=new, rotary_cos=angles,
+                                           rotary_sin=angles, cache_seqlens=cached,
+                                           cache_leftpad=leftpad, cache_batch_idx=batch_idx,
+                                           causal=True, num_splits=splits, rotary_interleaved=False)
         # 48-row pages straddle key blocks; 80 and 128 hold whole blocks (d 256 / d <= 128).
         for page_size, per_entry in ((48, 6), (80, 4), (128, 3)):
             pages = torch.randn(3 * per_entry + 2, page_size, 2, d, device="cuda",
@@ -99,6 +109,13 @@ def kvcache_cases():
             flash3.flash_attn_with_kvcache(q, pages, pages, cache_seqlens=seqlens,
                                            page_table=table.view(3, per_entry).to(torch.int32),
                                            num_splits=3)
+            capacity = per_entry * page_size
+            v_pages = torch.randn_like(pages)
+            flash3.flash_attn_with_kvcache(
+                q, pages, v_pages, k=new, v=new, cache_seqlens=(cached * capacity) // 301,
+                page_table=table.view(3, per_entry).to(torch.int32), num_splits=3,
+                rotary_cos=torch.ones(capacity, d // 2, device="cuda", dtype=torch.bfloat16),
+                rotary_sin=torch.zeros(capacity, d // 2, device="cuda", dtype=torch.bfloat16))
         torch.cuda.synchronize()
         print(f"ok kvcache d={d}")
 

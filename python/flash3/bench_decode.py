@@ -2,7 +2,9 @@
 
 In one process: q_len 1, head_dim 128, 32 query / 8 KV heads, bf16, for
 seqlen_k x batch; effective bandwidth = bytes of K and V read per second.
-Rows: flash3 (split-KV chosen), flash3 paged with page sizes 16 and 256,
+Rows: flash3 (split-KV chosen), flash3 appending the step's new key and
+value with rotary inside the kernel (the last cache slot, so the same keys
+are read), flash3 paged with page sizes 16 and 256,
 torch SDPA's cuDNN backend (GQA through enable_gqa; where that backend
 refuses it, K and V repeated to 32 heads, still counted as the 8-head
 bytes), and a device copy of the same bytes (read + write) as the ceiling.
@@ -120,8 +122,8 @@ def run(args):
 
     timer_name, timer = _make_timer(torch, args.quick)
     results = {"environment": _environment(torch, timer_name, "bf16"), "points": []}
-    print(f"{'batch':>5} {'seqlen_k':>8} {'GB':>6}  TB/s: flash3  paged16 paged256  cudnn   copy"
-          "   ratio")
+    print(f"{'batch':>5} {'seqlen_k':>8} {'GB':>6}  TB/s: flash3  append  paged16 paged256  cudnn "
+          "  copy   ratio")
     for seqlen in args.seqlens:
         for batch in args.batches:
             kv_bytes = 2 * batch * seqlen * HEADS_KV * HEAD_DIM * 2
@@ -138,6 +140,13 @@ def run(args):
 
             row["flash3"] = bandwidth(lambda: flash3.flash_attn_with_kvcache(
                 q, k, v, cache_seqlens=seqlens))
+            new_k = torch.randn(batch, 1, HEADS_KV, HEAD_DIM, dtype=torch.bfloat16, device="cuda")
+            angles = torch.rand(seqlen, HEAD_DIM // 2, device="cuda")
+            cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+            cached = seqlens - 1
+            row["append"] = bandwidth(lambda: flash3.flash_attn_with_kvcache(
+                q, k, v, k=new_k, v=new_k, rotary_cos=cos, rotary_sin=sin,
+                cache_seqlens=cached, causal=True))
             for page_size in (16, 256):
                 k_pages, table = _paged(torch, k, page_size)
                 v_pages, _ = _paged(torch, v, page_size)
@@ -164,7 +173,7 @@ def run(args):
                 _print_profile(torch, "cudnn", cudnn)
             results["points"].append(row)
             print(f"{batch:5d} {seqlen:8d} {kv_bytes / 1e9:6.2f}        {row['flash3']:6.2f}  "
-                  f"{row['paged16']:6.2f}  {row['paged256']:6.2f}  {row['cudnn']:6.2f} "
+                  f"{row['append']:6.2f}  {row['paged16']:6.2f}  {row['paged256']:6.2f}  {row['cudnn']:6.2f} "
                   f"{row['copy']:6.2f}  {row['ratio_to_cudnn']:5.2f}", flush=True)
             del q, k, v, copy_to
             torch.cuda.empty_cache()

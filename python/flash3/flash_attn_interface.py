@@ -123,8 +123,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False):
     """FA3's KV-cache call on flash3.kvcache (which documents what is not
-    there yet: appending k, v with rotary, varlen q). scheduler_metadata and
-    sm_margin are ignored hints."""
+    there yet: varlen q, FP8 caches). scheduler_metadata and sm_margin are
+    ignored hints."""
     _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
     for name, value in (("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens)):
         if value is not None:

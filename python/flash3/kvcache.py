@@ -8,9 +8,13 @@ arrays the kernel follows, so a decode step does no host synchronization
 and can be captured in a CUDA graph. The steps are custom ops
 (`flash3::fwd_kvcache`, `flash3::combine`) with fakes for torch.compile.
 
-Not yet here (see docs/python.md): appending k, v into the cache with rotary
-embedding inside the kernel; varlen q (cu_seqlens_q); FP8 caches. (PackGQA is
-automatic; pack_gqa is accepted and ignored.)
+With k and v the kernel itself appends them to the cache at cache_seqlens
+(rotating them, and q, when rotary tables are given) before attending: one
+launch, and the custom op `flash3::fwd_kvcache_append` says it mutates the
+caches.
+
+Not yet here (see docs/python.md): varlen q (cu_seqlens_q); FP8 caches.
+(PackGQA is automatic; pack_gqa is accepted and ignored.)
 """
 
 from typing import Optional
@@ -95,6 +99,61 @@ def _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_le
     return page_table.shape[1] * k_cache.shape[1]
 
 
+def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens):
+    """Append's tensors: k and v (batch, seqlen_new, heads_kv, head_dim) like
+    the cache's rows; rotary tables (seqlen_ro, rotary_dim / 2) of q's dtype.
+    The C library checks the rest (rotary_dim, table length, strides)."""
+    if (k is None) != (v is None):
+        raise _invalid(f"k and v: give both (to append to the cache) or neither; got "
+                       f"{'k' if v is None else 'v'} only")
+    if k is None:
+        if rotary_cos is not None or rotary_sin is not None:
+            raise _invalid("rotary_cos, rotary_sin: rotary embedding applies to appended keys "
+                           "(and q); pass k and v too")
+        return
+    expected = (q.shape[0], k.shape[1] if k.dim() == 4 else -1, k_cache.shape[2], q.shape[3])
+    for name, t in (("k", k), ("v", v)):
+        if t.dim() != 4 or tuple(t.shape) != expected:
+            raise _invalid(f"{name}: expected shape (batch, seqlen_new, heads_kv, head_dim) = "
+                           f"{expected}; got {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
+        if t.device != q.device:
+            raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
+    if cache_seqlens is None:
+        raise _invalid("cache_seqlens: required with k and v (each batch entry's new keys go "
+                       "at its cache_seqlens)")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise _invalid("rotary_cos and rotary_sin: give both or neither")
+    if rotary_cos is None:
+        return
+    for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if t.dim() != 2 or t.shape != rotary_cos.shape:
+            raise _invalid(f"{name}: expected shape (seqlen_ro, rotary_dim / 2), the same for "
+                           f"cos and sin; got {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
+        if t.device != q.device:
+            raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
+
+
+def _append_fields(append, causal, window_left, window_right):
+    """The v8 fields of FwdLauncher's `cache` for append = (k, v, rotary_cos,
+    rotary_sin, rotary_interleaved), or None."""
+    if append is None:
+        return _NO_APPEND
+    k, v, cos, sin, interleaved = append
+    rotary = () if cos is None else (cos.shape[1] * 2, cos.shape[0])
+    # FA's rule: causal or windowed queries sit at the end of the keys, one
+    # position each; otherwise all at cache_seqlens.
+    per_row = causal or window_left >= 0 or window_right >= 0
+    return (k.data_ptr(), *k.stride(), v.data_ptr(), *v.stride(), _address(cos), _address(sin),
+            k.shape[1], *(rotary or (0, 0)), 1 if interleaved else 0, 1 if per_row else 0)
+
+
+_NO_APPEND = (0,) * 17
+
+
 def _empty_outputs(q):
     batch, seqlen_q, heads_q, _ = q.shape
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
@@ -125,11 +184,20 @@ def _kvcache_ok(q, k_cache, v_cache, page_table):
 
 def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
                  softmax_scale, causal, window_left, window_right, softcap, sinks, num_splits,
-                 want_lse=True):
+                 want_lse=True, append=None):
     """The eager implementation: check, allocate out (and lse unless
-    want_lse is false), size and allocate the split workspace, launch."""
+    want_lse is false), size and allocate the split workspace, launch.
+    append: (k, v, rotary_cos, rotary_sin, rotary_interleaved) or None."""
     global _launcher
-    if (cache_batch_idx is None and cache_leftpad is None and sinks is None
+    if append is not None:
+        seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
+                                  cache_leftpad, page_table, sinks, need_cuda=True)
+        _check_append(q, k_cache, *append[:4], cache_seqlens)
+        append = tuple(t if t is None or t.stride(-1) == 1 else t.contiguous()
+                       for t in append[:2]) + tuple(
+                           t if t is None or t.is_contiguous() else t.contiguous()
+                           for t in append[2:4]) + append[4:]
+    elif (cache_batch_idx is None and cache_leftpad is None and sinks is None
             and (cache_seqlens is None or (cache_seqlens.dtype == _INT32
                                            and cache_seqlens.shape == (q.shape[0],)
                                            and cache_seqlens.get_device() == q.get_device()
@@ -149,7 +217,8 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
     paged = page_table is not None
     cache = [_address(cache_batch_idx), _address(cache_leftpad), _address(page_table),
              page_table.stride(0) if paged else 0, k_cache.shape[1] if paged else 0,
-             k_cache.shape[0], num_splits, 0, 0]
+             k_cache.shape[0], num_splits, 0, 0, *_append_fields(append, causal, window_left,
+                                                                 window_right)]
     device = q.get_device()
     key = (device, q.dtype, batch, seqlen_q, seqlen_k, heads_q, k_cache.shape[2], head_dim,
            num_splits)
@@ -161,7 +230,7 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
         _workspace_bytes[key] = workspace_bytes
     if workspace_bytes:
         workspace = q.new_empty((workspace_bytes,), dtype=torch.uint8)
-        cache[-2:] = workspace.data_ptr(), workspace_bytes
+        cache[7:9] = workspace.data_ptr(), workspace_bytes
     _on_device(device, lambda stream: _launcher(stream, fields, cache))
     return out, lse
 
@@ -185,6 +254,35 @@ def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache
                       sinks, num_splits):
     _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                    page_table, sinks, need_cuda=False)
+    _abi_scale(softmax_scale)
+    return _empty_outputs(q)
+
+
+@torch.library.custom_op("flash3::fwd_kvcache_append", mutates_args=("k_cache", "v_cache"))
+def _fwd_kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           k: torch.Tensor, v: torch.Tensor, rotary_cos: Optional[torch.Tensor],
+                           rotary_sin: Optional[torch.Tensor], rotary_interleaved: bool,
+                           cache_seqlens: Optional[torch.Tensor],
+                           cache_batch_idx: Optional[torch.Tensor],
+                           cache_leftpad: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
+                           softmax_scale: Optional[float], causal: bool, window_left: int,
+                           window_right: int, softcap: float, sinks: Optional[torch.Tensor],
+                           num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k, v appended to the caches (in place), then attention of q over them."""
+    return _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+                        page_table, softmax_scale, causal, window_left, window_right, softcap,
+                        sinks, num_splits, append=(k, v, rotary_cos, rotary_sin,
+                                                   rotary_interleaved))
+
+
+@_fwd_kvcache_append_op.register_fake
+def _fwd_kvcache_append_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
+                             rotary_interleaved, cache_seqlens, cache_batch_idx, cache_leftpad,
+                             page_table, softmax_scale, causal, window_left, window_right,
+                             softcap, sinks, num_splits):
+    _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+                   page_table, sinks, need_cuda=False)
+    _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens)
     _abi_scale(softmax_scale)
     return _empty_outputs(q)
 
@@ -214,6 +312,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     entry b is row j % page_size of page page_table[b, j // page_size].
     cache_seqlens: int or (batch,) int32, keys used per batch entry (default:
     the whole cache); cache_leftpad: (batch,) int32, the first key used;
+    k, v (batch, seqlen_new, heads_kv, head_dim): new keys and values the
+    kernel writes into the cache at cache_seqlens (which needs room for
+    them; the caller advances cache_seqlens afterwards) and attends to.
+    rotary_cos, rotary_sin (seqlen_ro >= the cache's capacity, rotary_dim / 2),
+    q's dtype, rotary_dim a multiple of 16: rotary embedding of the new keys
+    (key i at position cache_seqlens + i) and of q (query i at
+    cache_seqlens + i when causal or windowed, else all at cache_seqlens),
+    interleaved pairs (2j, 2j + 1) when rotary_interleaved, else GPT-NeoX
+    pairs (j, j + rotary_dim / 2); q itself is left unchanged.
     cache_batch_idx: (batch,) int32, the cache entry each batch entry reads.
     Cache rows past cache_seqlens in the last key block are read and masked:
     they must be finite (e.g. a cache made with torch.zeros).
@@ -222,12 +329,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     1 none. Returns out (like q), or (out, lse) with lse (batch, heads_q,
     seqlen_q) fp32 when return_softmax_lse (FA3's name) or return_lse.
     """
-    for name, value in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
-                        ("rotary_sin", rotary_sin), ("cu_seqlens_q", cu_seqlens_q)):
-        if value is not None:
-            raise _unsupported(f"{name}: not supported by flash3's kvcache path yet (appending "
-                               f"to the cache with rotary, and varlen q, are planned)")
-    del max_seqlen_q, rotary_interleaved, pack_gqa  # PackGQA is chosen by the library
+    if cu_seqlens_q is not None:
+        raise _unsupported("cu_seqlens_q: varlen q is not supported by flash3's kvcache path yet")
+    del max_seqlen_q, pack_gqa  # PackGQA is chosen by the library
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise _invalid(f"num_splits: expected an int >= 0 (0: chosen); got {num_splits!r}")
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
@@ -235,6 +339,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             cache_leftpad, page_table, softmax_scale, bool(causal), window_left, window_right,
             float(softcap), _sinks_as_fp32(sinks), num_splits)
     want_lse = return_softmax_lse if return_lse is None else return_lse
+    if k is not None or v is not None or rotary_cos is not None or rotary_sin is not None:
+        appended = (k, v, rotary_cos, rotary_sin, bool(rotary_interleaved))
+        if _can_skip_dispatcher(q, k_cache, v_cache) and all(
+                t is None or type(t) is torch.Tensor for t in args[3:7] + args[12:13] + appended[:4]):
+            out, lse = _fwd_kvcache(*args, want_lse=want_lse, append=appended)
+        elif k is None or v is None:
+            _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, args[3])  # raises
+        else:
+            out, lse = _fwd_kvcache_append_op(q, k_cache, v_cache, *appended, *args[3:])
+        return (out, lse) if want_lse else out
     # The custom op costs ~15-20 us of host time; decode steps are short
     # enough that it would show. Skipped only where nothing could intercept it.
     if _can_skip_dispatcher(q, k_cache, v_cache) and all(

@@ -90,7 +90,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (!(is_producer_thread || (appends && cutlass::canonical_warp_idx_sync() == 0))) return;
+    // (Asked of every thread of the warpgroup: the warp index is a shuffle.)
+    bool const stays = appends ? cutlass::canonical_warp_idx_sync() == 0 : is_producer_thread;
+    if (!stays) return;
     auto write = cutlass::make_producer_start_state<PipelineKV>();
     int q_loads = 0;
     for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {

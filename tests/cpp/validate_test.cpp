@@ -406,6 +406,70 @@ TEST(Validate, KvCacheRules) {
   expect_error(p, Status::kInvalidArgument, "kv_batch_idx: pointer must be 4-byte aligned; got 0x900002");
 }
 
+TEST(Validate, AppendAndRotaryRules) {
+  const auto* seqlens = reinterpret_cast<const int32_t*>(uintptr_t{0x900000});
+  const auto* table = reinterpret_cast<const void*>(uintptr_t{0xa00000});
+  ForwardParams p = valid_params();
+  p.seqused_k = seqlens;
+  p.seqlen_new = 3;
+  p.k_new = testing::contiguous(reinterpret_cast<void*>(uintptr_t{0xb00000}), 3, p.heads_kv, 128);
+  p.v_new = testing::contiguous(reinterpret_cast<void*>(uintptr_t{0xc00000}), 3, p.heads_kv, 128);
+  expect_ok(p);
+  p.rotary_dim = 64;
+  p.rotary_cos = table;
+  p.rotary_sin = table;
+  p.rotary_seqlen = p.seqlen_k;
+  expect_ok(p);
+
+  ForwardParams bad = p;
+  bad.rotary_dim = 40;
+  expect_error(bad, Status::kUnsupported,
+               "rotary_dim: multiples of 16 up to head_dim (128) are supported; got 40");
+  bad.rotary_dim = 144;
+  expect_error(bad, Status::kUnsupported,
+               "rotary_dim: multiples of 16 up to head_dim (128) are supported; got 144");
+  bad = p;
+  bad.rotary_seqlen = p.seqlen_k - 1;
+  expect_error(bad, Status::kInvalidArgument,
+               "rotary_seqlen: the cos / sin tables must cover every cache position, "
+               "rotary_seqlen >= seqlen_k (255); got 254");
+  bad = p;
+  bad.rotary_sin = nullptr;
+  expect_error(bad, Status::kInvalidArgument,
+               "rotary_sin: expected a (rotary_seqlen, rotary_dim / 2) table with rotary_dim 64; got NULL");
+  bad = p;
+  bad.rotary_cos = reinterpret_cast<const void*>(uintptr_t{0xa00001});
+  expect_error(bad, Status::kInvalidArgument, "rotary_cos: pointer must be 2-byte aligned; got 0xa00001");
+  bad = p;
+  bad.seqused_k = nullptr;
+  expect_error(bad, Status::kInvalidArgument,
+               "seqused_k: appending (seqlen_new = 3) needs each batch entry's cached key count, "
+               "where its new keys go, and fixed-length q; got seqused_k = NULL");
+  bad = p;
+  bad.k_new.data = nullptr;
+  expect_error(bad, Status::kInvalidArgument, "k_new: expected a non-null data pointer; got NULL");
+  bad = p;
+  bad.v_new.stride[1] = 100;
+  expect_error(bad, Status::kInvalidArgument,
+               "v_new: seqlen stride must be a multiple of 8 elements (16 bytes, needed by TMA); got 100");
+  bad = p;
+  bad.seqlen_new = -1;
+  expect_error(bad, Status::kInvalidArgument, "seqlen_new must be >= 0 (0: no append); got -1");
+  bad = p;
+  bad.seqlen_q = 0;
+  expect_error(bad, Status::kInvalidArgument,
+               "seqlen_q must be >= 1 when appending: the attention kernel writes the new keys");
+  bad = p;
+  bad.seqlen_new = 0;
+  expect_error(bad, Status::kInvalidArgument,
+               "rotary_dim: rotary embedding applies to appended keys and needs seqlen_new >= 1; "
+               "got rotary_dim 64 with seqlen_new 0");
+  bad = p;
+  bad.seqlen_new = std::numeric_limits<int32_t>::max();
+  expect_error(bad, Status::kInvalidArgument,
+               "seqlen_k + seqlen_new must be at most 2147483647; got 2147483902");
+}
+
 TEST(Validate, PagedKvRules) {
   ForwardParams p = valid_params();
   p.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x900000});

@@ -21,6 +21,12 @@ def test_op_schemas():
         "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? page_table, "
         "float? softmax_scale, bool causal, SymInt window_left, SymInt window_right, "
         "float softcap, Tensor? sinks, SymInt num_splits) -> (Tensor, Tensor)")
+    assert str(torch.ops.flash3.fwd_kvcache_append.default._schema) == (
+        "flash3::fwd_kvcache_append(Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor k, "
+        "Tensor v, Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, "
+        "Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
+        "Tensor? page_table, float? softmax_scale, bool causal, SymInt window_left, "
+        "SymInt window_right, float softcap, Tensor? sinks, SymInt num_splits) -> (Tensor, Tensor)")
     assert str(torch.ops.flash3.combine.default._schema) == (
         "flash3::combine(Tensor out_partial, Tensor lse_partial, ScalarType out_dtype) "
         "-> (Tensor, Tensor)")
@@ -53,8 +59,36 @@ def test_checks_name_the_argument():
         flash3.flash_attn_with_kvcache(q, cache, cache[:, :50])
     with pytest.raises(flash3.Flash3InvalidArgument, match="num_splits"):
         flash3.flash_attn_with_kvcache(q, cache, cache, num_splits=-1)
-    with pytest.raises(flash3.Flash3Unsupported, match="rotary_cos"):
+    with pytest.raises(flash3.Flash3InvalidArgument, match="rotary_cos, rotary_sin: rotary "
+                       "embedding applies to appended keys"):
         flash3.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q)
+    with pytest.raises(flash3.Flash3Unsupported, match="cu_seqlens_q: varlen q"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=meta(3, dtype=torch.int32))
+
+
+def test_append_checks_name_the_argument():
+    q = meta(2, 1, 4, 64)
+    cache = meta(2, 100, 2, 64)
+    new = meta(2, 1, 2, 64)
+    seqlens = meta(2, dtype=torch.int32)
+    table = meta(50, 16)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="k and v: give both"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, cache_seqlens=seqlens)
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"v: expected shape \(batch, seqlen_new, "
+                       r"heads_kv, head_dim\) = \(2, 1, 2, 64\); got \(2, 1, 4, 64\)"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, v=meta(2, 1, 4, 64),
+                                       cache_seqlens=seqlens)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="v: dtype must equal q's"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, v=meta(2, 1, 2, 64, dtype=torch.float16),
+                                       cache_seqlens=seqlens)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="cache_seqlens: required with k and v"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, v=new)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="rotary_cos and rotary_sin: give both"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, v=new, cache_seqlens=seqlens,
+                                       rotary_cos=table)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="rotary_sin: expected shape"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, v=new, cache_seqlens=seqlens,
+                                       rotary_cos=table, rotary_sin=meta(50, 8))
 
 
 def test_combine_fake_and_checks():
@@ -78,3 +112,15 @@ def test_compile_fullgraph():
     q, cache = meta(2, 1, 8, 128), meta(2, 512, 2, 128)
     out, lse = decode(q, cache, cache, meta(2, dtype=torch.int32))
     assert out.shape == q.shape and lse.shape == (2, 8, 1)
+
+
+def test_compile_fullgraph_append():
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def decode(q, k_cache, v_cache, k, v, cos, sin, seqlens):
+        return kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, rotary_cos=cos,
+                                               rotary_sin=sin, cache_seqlens=seqlens, causal=True)
+
+    q, cache, new = meta(2, 1, 8, 128), meta(2, 512, 2, 128), meta(2, 1, 2, 128)
+    table = meta(512, 64)
+    out = decode(q, cache, cache.clone(), new, new, table, table, meta(2, dtype=torch.int32))
+    assert out.shape == q.shape
