@@ -82,26 +82,26 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   // Append (KV cache): the consumers write the new keys into the cache, and
-  // the producer's warp waits for them (kAppended) before loading. One named
-  // barrier phase per tile holds only while a CTA runs one tile, as every
-  // KV-cache (banded) grid does.
-  static_assert(!(Traits::kKvCache && kPersistent));
+  // the producer's warp waits for them (kAppended) before loading. One
+  // barrier phase per CTA: a KV-cache (banded) grid runs one tile per CTA,
+  // and every KV-cache tile has rows.
+  static_assert(!(Traits::kKvCache && (kPersistent || Traits::kVarlen)));
   bool const appends = Traits::kKvCache && params.seqlen_new > 0;
 
   if (role == WarpGroupRole::kProducer) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    // (Asked of every thread of the warpgroup: the warp index is a shuffle.)
-    bool const stays = appends ? cutlass::canonical_warp_idx_sync() == 0 : is_producer_thread;
-    if (!stays) return;
+    // (The warp index is a shuffle: asked by the whole warpgroup. Outside the
+    // tile loop, which would hold more than the producer's registers.)
+    if (appends && cutlass::canonical_warp_idx_sync() == 0)
+      cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads + cutlass::NumThreadsPerWarp,
+                                        uint32_t(FwdNamedBarrier::kAppended));
+    if (!is_producer_thread) return;
     auto write = cutlass::make_producer_start_state<PipelineKV>();
     int q_loads = 0;
     for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {
       auto const [tile, n_block_begin, n_block_end] = work(t);
-      if (appends && has_rows(tile))
-        cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads + cutlass::NumThreadsPerWarp,
-                                          uint32_t(FwdNamedBarrier::kAppended));
       // Rows that see no key need no loads; the consumers write 0 and -inf.
-      if (!is_producer_thread || !has_rows(tile) || n_block_begin >= n_block_end) continue;
+      if (!has_rows(tile) || n_block_begin >= n_block_end) continue;
       // (KV cache: the consumers gather Q themselves; FwdMainloop::gather_q.)
       if (!Traits::kKvCache && q_loads > 0) smem.barrier_q_free.wait((q_loads - 1) & 1);
       Mainloop::load(params, smem, tile, n_block_begin, n_block_end, pipeline_k, pipeline_v,
