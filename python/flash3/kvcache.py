@@ -280,11 +280,11 @@ def _fwd_kvcache_append_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
                              rotary_interleaved, cache_seqlens, cache_batch_idx, cache_leftpad,
                              page_table, softmax_scale, causal, window_left, window_right,
                              softcap, sinks, num_splits):
-    _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
-                   page_table, sinks, need_cuda=False)
+    outputs = _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
+                                cache_leftpad, page_table, softmax_scale, causal, window_left,
+                                window_right, softcap, sinks, num_splits)
     _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens)
-    _abi_scale(softmax_scale)
-    return _empty_outputs(q)
+    return outputs
 
 
 def _cache_seqlens_tensor(cache_seqlens, q):
