@@ -193,10 +193,11 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
         seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                   cache_leftpad, page_table, sinks, need_cuda=True)
         _check_append(q, k_cache, *append[:4], cache_seqlens)
-        append = tuple(t if t is None or t.stride(-1) == 1 else t.contiguous()
-                       for t in append[:2]) + tuple(
-                           t if t is None or t.is_contiguous() else t.contiguous()
-                           for t in append[2:4]) + append[4:]
+        # The kernel reads rows with unit stride along head_dim, and whole tables.
+        k, v, cos, sin, interleaved = append
+        k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
+        cos, sin = (None if t is None else t.contiguous() for t in (cos, sin))
+        append = (k, v, cos, sin, interleaved)
     elif (cache_batch_idx is None and cache_leftpad is None and sinks is None
             and (cache_seqlens is None or (cache_seqlens.dtype == _INT32
                                            and cache_seqlens.shape == (q.shape[0],)
