@@ -313,12 +313,45 @@ struct FwdMainloop {
                                         uint32_t(FwdNamedBarrier::kAppended));
   }
 
+  // q's rotary, in place in the warpgroup's rows of sQ (all stored): one
+  // pass over its rotated chunks, each thread turning whole pairs (NeoX: a
+  // chunk and its partner), so no thread reads what another writes. A rolled
+  // loop: rotating the gathered registers instead (unrolled) made every
+  // KV-cache call ~2.5 us slower, rotary or not (measured 2026-12-07).
+  template <class SmemQ>
+  CUTE_DEVICE static void rotate_q(Params const& p, SmemQ& sQ, FwdTile const& tile, int first_row,
+                                   int thread) {
+    constexpr int kRows = Traits::kBlockM / Traits::kNumConsumerWarpgroups;
+    constexpr int kChunk = 16 / sizeof(Element);
+    bool const interleaved = p.rotary.interleaved;
+    int const units_per_row = p.rotary.dim / kChunk / (interleaved ? 1 : 2);
+#pragma unroll 1
+    for (int u = thread; u < kRows * units_per_row; u += cutlass::NumThreadsPerWarpGroup) {
+      int const row = first_row + u / units_per_row;
+      QueryRow const query = query_row(p, tile, tile.m_block * Traits::kBlockM + row);
+      if (query.row >= tile.seqlen_q) continue;
+      int const position = tile.cached_k + (p.rotary_q_per_row ? query.row : 0);
+      int const col = u % units_per_row * kChunk;
+      uint4* const x = reinterpret_cast<uint4*>(&sQ(row, col));
+      if (interleaved) {
+        *x = p.rotary.rotate(*x, *x, col, position);
+      } else {
+        int const partner_col = p.rotary.partner(col);
+        uint4* const w = reinterpret_cast<uint4*>(&sQ(row, partner_col));
+        uint4 const x0 = *x, w0 = *w;
+        *x = p.rotary.rotate(x0, w0, col, position);
+        *w = p.rotary.rotate(w0, x0, partner_col, position);
+      }
+    }
+  }
+
   // KV cache (PackGQA's rows are no TMA box): each consumer warpgroup
   // gathers the 64 rows of Q its GEMMs read, 16 bytes per load (all loads
   // before any store, so they are in flight together), zeros past the
-  // queries; then makes them visible to WGMMA (the async proxy) and waits
-  // for the rest of its warpgroup. Its own earlier GEMMs on sQ are complete
-  // (warpgroup_wait<0> ends compute), and no other warpgroup reads its rows.
+  // queries; applies q's rotary; then makes them visible to WGMMA (the
+  // async proxy) and waits for the rest of its warpgroup. Its own earlier
+  // GEMMs on sQ are complete (warpgroup_wait<0> ends compute), and no other
+  // warpgroup reads its rows.
   CUTE_DEVICE static void gather_q(Params const& p, SharedStorage& smem, FwdTile const& tile,
                                    int thread) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
@@ -342,24 +375,16 @@ struct FwdMainloop {
                       ? load_chunk(p.q.row(tile.batch, query.row, query.head) + c % kChunksPerRow * kChunk)
                       : make_uint4(0, 0, 0, 0);
     }
-    if (p.rotary.cos != nullptr) {
-      CUTE_UNROLL
-      for (int i = 0; i < kLoads; ++i) {
-        int const c = i * kThreads + thread % kThreads;
-        int const col = c % kChunksPerRow * kChunk;
-        QueryRow const query = query_of(c);
-        if (query.row >= tile.seqlen_q || !p.rotary.rotates(col)) continue;
-        Element const* const row = p.q.row(tile.batch, query.row, query.head);
-        uint4 const partner = p.rotary.interleaved ? chunks[i] : load_chunk(row + p.rotary.partner(col));
-        int const position = tile.cached_k + (p.rotary_q_per_row ? query.row : 0);
-        chunks[i] = p.rotary.rotate(chunks[i], partner, col, position);
-      }
-    }
     CUTE_UNROLL
     for (int i = 0; i < kLoads; ++i) {
       int const c = i * kThreads + thread % kThreads;
       *reinterpret_cast<uint4*>(&sQ(first_row + c / kChunksPerRow, c % kChunksPerRow * kChunk)) =
           chunks[i];
+    }
+    if (p.rotary.cos != nullptr) {
+      cutlass::arch::NamedBarrier::sync(
+          kThreads, uint32_t(FwdNamedBarrier::kQGathered0) + uint32_t(warpgroup));
+      rotate_q(p, sQ, tile, first_row, thread % kThreads);
     }
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(
