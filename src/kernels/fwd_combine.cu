@@ -19,9 +19,8 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kLanes = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-// Each lane holds head-dim elements lane, lane + 32, ...
-constexpr int kMaxPerLane = kCombineMaxHeadDim / kLanes;
-constexpr int kSplitsInFlight = 8;
+// Registers per lane for split values loaded ahead of their weights.
+constexpr int kValueRegisters = 64;
 
 struct CombineKernelParams {
   float const* out_partial;
@@ -51,10 +50,16 @@ __device__ float warp_sum(float x) {
 }
 
 // One warp per (batch, row, head), heads fastest so that neighbouring warps
-// write neighbouring output.
-template <class Out>
+// write neighbouring output; lane l holds head-dim elements l, l + 32, ...
+// (kPerLane of them). A row's loads are issued together where they can be:
+// the values of its first kInFlight splits do not wait for the LSEs, so a
+// decode row (<= kInFlight splits) costs one memory latency, not one for
+// the LSEs, one per reduction and one per group of values.
+template <class Out, int kPerLane>
 __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
     fwd_combine_kernel(CombineKernelParams const p) {
+  constexpr int kInFlight = kValueRegisters / kPerLane;
+  static_assert(kLanes % kInFlight == 0);
   // Launched programmatically dependent on the attention pass (a no-op
   // otherwise): its partials are complete and visible only after this.
   cudaGridDependencySynchronize();
@@ -67,16 +72,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
 
   float const* lse_row = p.lse_partial + batch * p.lse_partial_stride[1] +
                          row * p.lse_partial_stride[2] + head * p.lse_partial_stride[3];
-  auto split_lse = [&](int s) { return lse_row[s * p.lse_partial_stride[0]]; };
-  // Lane s's first split is read once and kept: the passes below would
-  // otherwise wait on the same load three times.
-  float const first_lse = lane < p.num_splits ? split_lse(lane) : -INFINITY;
-  auto lane_lse = [&](int s) { return s == lane ? first_lse : split_lse(s); };
-  float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
-  float row_max = sink;
-  for (int s = lane; s < p.num_splits; s += kLanes) row_max = fmaxf(row_max, lane_lse(s));
-  row_max = warp_max(row_max);
+  auto split_lse = [&](int s) { return s < p.num_splits ? lse_row[s * p.lse_partial_stride[0]] : -INFINITY; };
+  float const* out_row = p.out_partial + batch * p.out_partial_stride[1] +
+                         row * p.out_partial_stride[2] + head * p.out_partial_stride[3];
+  float value[kInFlight][kPerLane];
+  auto load_values = [&](int first) {
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      float const* o = out_row + int64_t(first + u) * p.out_partial_stride[0];
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        int const d = lane + j * kLanes;
+        value[u][j] = first + u < p.num_splits && d < p.head_dim ? o[d] : 0.f;
+      }
+    }
+  };
+  float const first_lse = split_lse(lane);  // lane s: split s's, for the first 32
+  load_values(0);
 
+  float const sink = p.sinks != nullptr ? p.sinks[head] : -INFINITY;
+  float row_max = fmaxf(sink, first_lse);
+  for (int s = lane + kLanes; s < p.num_splits; s += kLanes) row_max = fmaxf(row_max, split_lse(s));
+  row_max = warp_max(row_max);
   Out* out = static_cast<Out*>(p.out) + batch * p.out_stride[0] + row * p.out_stride[1] +
              head * p.out_stride[2];
   float* lse_out = p.lse == nullptr
@@ -87,51 +104,35 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
     if (lse_out != nullptr && lane == 0) *lse_out = -INFINITY;
     return;
   }
-  float sum = 0.f;
-  for (int s = lane; s < p.num_splits; s += kLanes) sum += expf(lane_lse(s) - row_max);
+  float sum = expf(first_lse - row_max);
+  for (int s = lane + kLanes; s < p.num_splits; s += kLanes) sum += expf(split_lse(s) - row_max);
   sum = warp_sum(sum) + expf(sink - row_max);
   float const lse = row_max + logf(sum);
 
-  float acc[kMaxPerLane] = {};
-  float const* out_row = p.out_partial + batch * p.out_partial_stride[1] +
-                         row * p.out_partial_stride[2] + head * p.out_partial_stride[3];
+  float acc[kPerLane] = {};
   for (int first = 0; first < p.num_splits; first += kLanes) {
-    int const mine = first + lane;
-    float const my_weight = mine < p.num_splits ? expf(lane_lse(mine) - lse) : 0.f;
-    int const count = min(kLanes, p.num_splits - first);
-    // kSplitsInFlight splits' loads are issued before any of them is used:
-    // one after the other, each split would cost a full memory latency.
-    for (int i = 0; i < count; i += kSplitsInFlight) {
-      float weight[kSplitsInFlight];
-      float value[kSplitsInFlight][kMaxPerLane];
+    float const my_weight = expf((first == 0 ? first_lse : split_lse(first + lane)) - lse);
+    for (int group = first; group < min(first + kLanes, p.num_splits); group += kInFlight) {
+      if (group > 0) load_values(group);
 #pragma unroll
-      for (int u = 0; u < kSplitsInFlight; ++u) {
-        float const w = __shfl_sync(kFullMask, my_weight, (i + u) % kLanes);
-        weight[u] = i + u < count ? w : 0.f;
-        float const* o = out_row + (first + i + u) * p.out_partial_stride[0];
+      for (int u = 0; u < kInFlight; ++u) {
+        float const weight = __shfl_sync(kFullMask, my_weight, group - first + u);
+        // A split with no weight (one that saw no key) adds nothing, whatever
+        // it holds: no 0 * NaN.
 #pragma unroll
-        for (int j = 0; j < kMaxPerLane; ++j) {
-          int const d = lane + j * kLanes;
-          // A split with no weight (one that saw no key) is not read, so
-          // whatever it holds cannot leak in as 0 * NaN.
-          value[u][j] = weight[u] != 0.f && d < p.head_dim ? o[d] : 0.f;
-        }
+        for (int j = 0; j < kPerLane; ++j) acc[j] += weight != 0.f ? weight * value[u][j] : 0.f;
       }
-#pragma unroll
-      for (int u = 0; u < kSplitsInFlight; ++u)
-#pragma unroll
-        for (int j = 0; j < kMaxPerLane; ++j) acc[j] += weight[u] * value[u][j];
     }
   }
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
+  for (int j = 0; j < kPerLane; ++j) {
     int const d = lane + j * kLanes;
     if (d < p.head_dim) out[d] = Out(acc[j]);
   }
   if (lse_out != nullptr && lane == 0) *lse_out = lse;
 }
 
-template <class Out>
+template <class Out, int kPerLane>
 cudaError_t launch(CombineKernelParams const& kp, cudaStream_t stream) {
   auto const blocks = static_cast<unsigned>((kp.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   // Its launch overlaps the tail of the kernel before it in the stream,
@@ -145,7 +146,16 @@ cudaError_t launch(CombineKernelParams const& kp, cudaStream_t stream) {
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, fwd_combine_kernel<Out>, kp);
+  return cudaLaunchKernelEx(&config, fwd_combine_kernel<Out, kPerLane>, kp);
+}
+
+// Fewer elements per lane, more splits in flight.
+template <class Out>
+cudaError_t launch_by_head_dim(CombineKernelParams const& kp, cudaStream_t stream) {
+  static_assert(kCombineMaxHeadDim == 8 * kLanes);
+  if (kp.head_dim <= 2 * kLanes) return launch<Out, 2>(kp, stream);
+  if (kp.head_dim <= 4 * kLanes) return launch<Out, 4>(kp, stream);
+  return launch<Out, 8>(kp, stream);
 }
 
 }  // namespace
@@ -166,9 +176,9 @@ cudaError_t run_combine(CombineParams const& p, cudaStream_t stream) {
   kp.head_dim = p.head_dim;
   kp.rows = int64_t(p.batch) * p.seqlen * p.heads;
   switch (p.out_dtype) {
-    case DType::kBFloat16: return launch<cutlass::bfloat16_t>(kp, stream);
-    case DType::kFloat16: return launch<cutlass::half_t>(kp, stream);
-    case DType::kFloat32: return launch<float>(kp, stream);
+    case DType::kBFloat16: return launch_by_head_dim<cutlass::bfloat16_t>(kp, stream);
+    case DType::kFloat16: return launch_by_head_dim<cutlass::half_t>(kp, stream);
+    case DType::kFloat32: return launch_by_head_dim<float>(kp, stream);
     case DType::kFloat8E4M3: break;
   }
   return cudaErrorInvalidValue;  // validation admits only the three above

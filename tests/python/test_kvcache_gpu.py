@@ -127,12 +127,17 @@ def test_splits_agree_with_no_split(seed):
         assert (split - whole).abs().max().item() <= 2e-2, f"num_splits={splits} {_where(seed)}"
 
 
-def test_combine_matches_torch(seed):
-    splits, batch, seqlen, heads, head_dim = 5, 2, 3, 4, 96
+# Head dims 32-256 (2, 4, 8 values per lane); split counts below, at and past
+# the kernel's splits in flight per head dim (32, 16, 8) and past 32.
+@pytest.mark.parametrize("splits,head_dim", [(1, 32), (5, 96), (40, 64), (20, 128), (16, 128),
+                                             (70, 256)])
+def test_combine_matches_torch(seed, splits, head_dim):
+    batch, seqlen, heads = 2, 3, 4
     out_partial = torch.randn(splits, batch, seqlen, heads, head_dim, device="cuda")
     lse_partial = 3 * torch.randn(splits, batch, seqlen, heads, device="cuda")
-    lse_partial[1] = -math.inf  # a split that saw no key: its output must not be read
-    out_partial[1] = math.nan
+    for empty in {splits // 2, splits - 1} - ({0} if splits == 1 else set()):
+        lse_partial[empty] = -math.inf  # a split that saw no key: its output must not be read
+        out_partial[empty] = math.nan
     lse_partial[:, 0, 0, 0] = -math.inf  # a row no split saw a key of
     out, lse = flash3.flash_attn_combine(out_partial, lse_partial, out_dtype=torch.float32,
                                          return_lse=True)
