@@ -32,7 +32,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
 
   auto const role = WarpGroupRole(cutlass::canonical_warp_group_idx());
+  // KV cache: one thread issues K's copies, one of the next warp V's (a
+  // paged block is 16 copies each, which one thread issues too slowly to
+  // keep the pipeline full).
   bool const is_producer_thread = threadIdx.x == 0;
+  bool const is_v_producer_thread = threadIdx.x == (Traits::kKvCache ? cutlass::NumThreadsPerWarp : 0);
 
   typename PipelineKV::Params pipeline_params;
   pipeline_params.transaction_bytes = Traits::kKVStageBytes;
@@ -42,6 +46,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   pipeline_params.is_leader = is_producer_thread;
   pipeline_params.num_consumers = Traits::kNumConsumerThreads;
   PipelineKV pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+  pipeline_params.is_leader = is_v_producer_thread;
   PipelineKV pipeline_v(smem.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
   if (is_producer_thread) {
     smem.barrier_q.init(1);
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
 
   // Append (KV cache): the consumers write the new keys into the cache, and
-  // the producer's warp waits for them (kAppended) before loading. One
+  // the producer's loading warps wait for them (kAppended) first. One
   // barrier phase per CTA: a KV-cache (banded) grid runs one tile per CTA,
   // and every KV-cache tile has rows.
   static_assert(!(Traits::kKvCache && (kPersistent || Traits::kVarlen)));
@@ -92,10 +97,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     // (The warp index is a shuffle: asked by the whole warpgroup. Outside the
     // tile loop, which would hold more than the producer's registers.)
-    if (appends && cutlass::canonical_warp_idx_sync() == 0)
-      cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads + cutlass::NumThreadsPerWarp,
+    if (appends && cutlass::canonical_warp_idx_sync() < Mainloop::kLoadingWarps)
+      cutlass::arch::NamedBarrier::sync(Mainloop::kAppendedThreads,
                                         uint32_t(FwdNamedBarrier::kAppended));
-    if (!is_producer_thread) return;
+    if (!is_producer_thread && !is_v_producer_thread) return;
     auto write = cutlass::make_producer_start_state<PipelineKV>();
     int q_loads = 0;
     for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {
@@ -105,7 +110,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // (KV cache: the consumers gather Q themselves; FwdMainloop::gather_q.)
       if (!Traits::kKvCache && q_loads > 0) smem.barrier_q_free.wait((q_loads - 1) & 1);
       Mainloop::load(params, smem, tile, n_block_begin, n_block_end, pipeline_k, pipeline_v,
-                     write);
+                     write, is_producer_thread, is_v_producer_thread);
       ++q_loads;
     }
   } else {

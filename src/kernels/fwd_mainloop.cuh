@@ -54,6 +54,11 @@ struct FwdMainloop {
   static constexpr bool kKvCache = Traits::kKvCache;
   // Lengths per batch entry, in the tile (else the params').
   static constexpr bool kTileLengths = kVarlen || kKvCache;
+  // Producer warps whose threads issue loads (KV cache: K's and V's apart),
+  // and the threads of the append barrier: the consumers and those warps.
+  static constexpr int kLoadingWarps = kKvCache ? 2 : 1;
+  static constexpr int kAppendedThreads =
+      Traits::kNumConsumerThreads + kLoadingWarps * cutlass::NumThreadsPerWarp;
 
   // The query row and head of row `row` of the tile's sequence (counted from
   // its first row): PackGQA's rows are queries times `pack` heads.
@@ -205,7 +210,8 @@ struct FwdMainloop {
   template <class Pipeline, class PipelineState>
   CUTE_DEVICE static void load(Params const& p, SharedStorage& smem, FwdTile tile,
                                int n_block_begin, int n_block_end, Pipeline& pipeline_k,
-                               Pipeline& pipeline_v, PipelineState& write) {
+                               Pipeline& pipeline_v, PipelineState& write, bool loads_k,
+                               bool loads_v) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::VtLayout::LoadSmem{});
@@ -243,26 +249,29 @@ struct FwdMainloop {
     BlockPages pages;
     if (paged) pages = block_pages(p, tile, n_block_end - 1);
     for (int n_block = n_block_end - 1; n_block >= n_block_begin; --n_block) {
-      pipeline_k.producer_acquire(write);
-      if constexpr (kKvCache) {
-        if (paged)
-          load_paged_block(p, p.tma_k, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write), pages,
-                           kv_head, n_block, write.index());
-      }
-      if (!paged)
-        copy(p.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
-             tKsK(_, write.index()));
-      pipeline_v.producer_acquire(write);
-      if constexpr (kKvCache) {
-        if (paged) {
-          load_paged_block(p, p.tma_v, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write), pages,
-                           kv_head, n_block, write.index());
-          if (n_block > n_block_begin) pages = block_pages(p, tile, n_block - 1);
+      if (loads_k) {
+        pipeline_k.producer_acquire(write);
+        if constexpr (kKvCache) {
+          if (paged)
+            load_paged_block(p, p.tma_k, p.tma_k_page, sK, *pipeline_k.producer_get_barrier(write),
+                             pages, kv_head, n_block, write.index());
         }
+        if (!paged)
+          copy(p.tma_k.with(*pipeline_k.producer_get_barrier(write), 0), tKgK(_, n_block),
+               tKsK(_, write.index()));
       }
-      if (!paged)
-        copy(p.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
-             tVsV(_, write.index()));
+      if (loads_v) {
+        pipeline_v.producer_acquire(write);
+        if constexpr (kKvCache) {
+          if (paged)
+            load_paged_block(p, p.tma_v, p.tma_v_page, sV, *pipeline_v.producer_get_barrier(write),
+                             pages, kv_head, n_block, write.index());
+        }
+        if (!paged)
+          copy(p.tma_v.with(*pipeline_v.producer_get_barrier(write), 0), tVgV(_, n_block),
+               tVsV(_, write.index()));
+      }
+      if (paged && n_block > n_block_begin) pages = block_pages(p, tile, n_block - 1);
       ++write;
     }
   }
@@ -309,8 +318,7 @@ struct FwdMainloop {
     // The producer's TMA (the async proxy) reads what these generic stores
     // wrote; CUTLASS has this fence for shared memory only.
     asm volatile("fence.proxy.async.global;" ::: "memory");
-    cutlass::arch::NamedBarrier::arrive(Traits::kNumConsumerThreads + cutlass::NumThreadsPerWarp,
-                                        uint32_t(FwdNamedBarrier::kAppended));
+    cutlass::arch::NamedBarrier::arrive(kAppendedThreads, uint32_t(FwdNamedBarrier::kAppended));
   }
 
   // q's rotary, in place in the warpgroup's rows of sQ (all stored): one
