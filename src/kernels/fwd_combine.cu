@@ -72,7 +72,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
 
   float const* lse_row = p.lse_partial + batch * p.lse_partial_stride[1] +
                          row * p.lse_partial_stride[2] + head * p.lse_partial_stride[3];
-  auto split_lse = [&](int s) { return s < p.num_splits ? lse_row[s * p.lse_partial_stride[0]] : -INFINITY; };
+  auto split_lse = [&](int s) {
+    return s < p.num_splits ? lse_row[s * p.lse_partial_stride[0]] : -INFINITY;
+  };
   float const* out_row = p.out_partial + batch * p.out_partial_stride[1] +
                          row * p.out_partial_stride[2] + head * p.out_partial_stride[3];
   float value[kInFlight][kPerLane];

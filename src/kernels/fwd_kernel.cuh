@@ -33,10 +33,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   auto const role = WarpGroupRole(cutlass::canonical_warp_group_idx());
   // KV cache: one thread issues K's copies, one of the next warp V's (a
-  // paged block is 16 copies each, which one thread issues too slowly to
-  // keep the pipeline full).
+  // paged block is up to 16 copies each, which one thread issues too slowly
+  // to keep the pipeline full).
   bool const is_producer_thread = threadIdx.x == 0;
-  bool const is_v_producer_thread = threadIdx.x == (Traits::kKvCache ? cutlass::NumThreadsPerWarp : 0);
+  bool const is_v_producer_thread =
+      threadIdx.x == (Traits::kKvCache ? cutlass::NumThreadsPerWarp : 0);
 
   typename PipelineKV::Params pipeline_params;
   pipeline_params.transaction_bytes = Traits::kKVStageBytes;
