@@ -37,8 +37,11 @@ extern "C" {
  *     (num_splits, workspace) in flash3_fwd_params, flash3_fwd_workspace_size,
  *     flash3_combine, FLASH3_DTYPE_FLOAT32 (combine's output only).
  * v8: append to the KV cache with rotary embedding (k_new, v_new, seqlen_new,
- *     rotary_*) in flash3_fwd_params. */
-#define FLASH3_ABI_VERSION 8
+ *     rotary_*) in flash3_fwd_params.
+ * v9: pack_gqa in flash3_fwd_params (was v8_padding, so the size is v8's and
+ *     a zeroed v8 struct asks for the automatic choice); varlen q over a KV
+ *     cache (cu_seqlens_q without cu_seqlens_k). */
+#define FLASH3_ABI_VERSION 9
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -54,6 +57,11 @@ typedef enum flash3_dtype {
   FLASH3_DTYPE_FLOAT8_E4M3 = 2, /* forward only: see flash3_fwd_params v6 */
   FLASH3_DTYPE_FLOAT32 = 3       /* flash3_combine's output only */
 } flash3_dtype;
+
+/* flash3_fwd_params.pack_gqa */
+#define FLASH3_PACK_GQA_AUTO 0
+#define FLASH3_PACK_GQA_OFF 1
+#define FLASH3_PACK_GQA_ON 2
 
 /* Rows (queries or keys) per FP8 block scale. */
 #define FLASH3_FP8_SCALE_BLOCK 128
@@ -107,7 +115,8 @@ typedef struct flash3_fwd_params {
    * seqused_q/k, (batch) int32: instead seqused[b] rows from cu_seqlens[b].
    * seqlen_q / seqlen_k are the longest lengths (seqlen_q sizes the grid).
    * Masks align to each sequence's bottom-right corner; lse is (num_heads_q,
-   * total_q). Both cu_seqlens or neither. A sequence longer than seqlen_q
+   * total_q). Both cu_seqlens, or (v9) cu_seqlens_q alone over a KV cache
+   * (v7: k and v are not packed). A sequence longer than seqlen_q
    * (seqlen_k) is cut to its first seqlen_q (seqlen_k) rows. */
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
@@ -125,7 +134,7 @@ typedef struct flash3_fwd_params {
   flash3_fp8_scale q_scale;
   flash3_fp8_scale k_scale;
   flash3_fp8_scale v_scale;
-  /* v7. KV cache (16-bit dtypes, fixed-length q; flash3::ForwardParams in
+  /* v7. KV cache (16-bit dtypes; flash3::ForwardParams in
    * flash3.hpp says it in full): k and v hold cache_batch entries (0:
    * batch) of seqlen_k keys; batch entry b reads entry kv_batch_idx[b] (or
    * b), keys [leftpad_k[b], seqused_k[b]) (or [0, seqlen_k)), all optional
@@ -165,7 +174,9 @@ typedef struct flash3_fwd_params {
   int32_t rotary_seqlen;
   int32_t rotary_interleaved;
   int32_t rotary_q_per_row;
-  int32_t v8_padding; /* ignored: keeps the size a multiple of 8 */
+  /* v9. PackGQA (the query heads of a KV head as the rows of one tile):
+   * FLASH3_PACK_GQA_AUTO (0, where it needs fewer tiles), _OFF or _ON. */
+  int32_t pack_gqa;
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */

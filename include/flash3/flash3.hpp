@@ -20,6 +20,9 @@ enum class Status : int {
 // kFloat32: only as combine()'s output.
 enum class DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8E4M3 = 2, kFloat32 = 3 };
 
+// ForwardParams::pack_gqa.
+enum class PackGqa : int { kAuto = 0, kOff = 1, kOn = 2 };
+
 // (batch, seqlen, heads, headdim) view of device memory; strides in elements.
 struct Tensor4d {
   void* data = nullptr;
@@ -102,7 +105,7 @@ struct ForwardParams {
   Fp8Scale q_scale;
   Fp8Scale k_scale;
   Fp8Scale v_scale;
-  // KV cache (inference; 16-bit dtypes, fixed-length q). k and v are a cache
+  // KV cache (inference; 16-bit dtypes). k and v are a cache
   // of cache_batch entries (cache_batch, seqlen_k, heads_kv, head_dim);
   // seqlen_k is its capacity. Batch entry b reads entry kv_batch_idx[b]
   // (default b), keys [leftpad_k[b], seqused_k[b]) (defaults 0 and
@@ -111,6 +114,10 @@ struct ForwardParams {
   // int32 device arrays; 0 for cache_batch means batch. Cache rows past
   // seqused_k in the last key block read are loaded (and masked out of the
   // softmax), so they must hold finite values.
+  // Varlen q over a cache: cu_seqlens_q (and optionally seqused_q) without
+  // cu_seqlens_k: q and out packed as for varlen, (1, total_q, heads_q,
+  // head_dim), seqlen_q the longest sequence, lse (heads_q, total_q);
+  // sequence b attends to cache entry b's keys as above (no append).
   // Paged (page_table set): k and v are cache_batch pages (cache_batch,
   // page_size, heads_kv, head_dim); key j of batch entry b is row j %
   // page_size of page page_table[b * page_table_stride + j / page_size]
@@ -128,7 +135,8 @@ struct ForwardParams {
   // merged by combine(); this fills the GPU when batch x heads x query
   // blocks is small. 0 chooses the count (forward_workspace_size() tells the
   // workspace it needs; with less workspace fewer splits are chosen, with
-  // none no split); 1 is no split. 16-bit dtypes, not with varlen.
+  // none no split); 1 is no split. 16-bit dtypes; with varlen only over a
+  // cache (varlen q).
   int num_splits = 0;
   void* workspace = nullptr;  // device memory of at least forward_workspace_size() bytes
   size_t workspace_bytes = 0;
@@ -157,6 +165,11 @@ struct ForwardParams {
   int rotary_seqlen = 0;
   bool rotary_interleaved = false;
   bool rotary_q_per_row = false;
+  // PackGQA (kernels/pack_gqa.h): the query heads of one KV head as the rows
+  // of one tile, which the KV-cache kernel runs. kAuto packs where it needs
+  // fewer tiles; kOn packs whenever heads_q > heads_kv (16-bit, not with
+  // varlen k); kOff never packs.
+  PackGqa pack_gqa = PackGqa::kAuto;
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message

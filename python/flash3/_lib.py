@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 8
+ABI_VERSION = 9
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -140,7 +140,7 @@ class FwdParams(ctypes.Structure):
         ("rotary_seqlen", ctypes.c_int32),
         ("rotary_interleaved", ctypes.c_int32),
         ("rotary_q_per_row", ctypes.c_int32),
-        ("v8_padding", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
     ]
 
     def __init__(self, **fields):
@@ -261,15 +261,15 @@ _FWD_PACKER = struct.Struct(
 # cache_batch, num_splits, v7_padding (a pad), the workspace and its size;
 # then append's k_new and v_new (data and 4 strides each), the rotary
 # tables, seqlen_new, rotary_dim, rotary_seqlen, rotary_interleaved,
-# rotary_q_per_row and v8_padding (a pad).
-_FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ" + "P4q" * 2 + "2P" + "5i4x")
+# rotary_q_per_row and pack_gqa.
+_FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ" + "P4q" * 2 + "2P" + "6i")
 
 
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
     for packer, first, last in ((_FWD_PACKER, None, FwdParams.total_k),
                                 (_FWD_CACHE_PACKER, FwdParams.kv_batch_idx,
-                                 FwdParams.v8_padding)):
+                                 FwdParams.pack_gqa)):
         start = 0 if first is None else first.offset
         if packer.size != last.offset + last.size - start:
             raise ImportError(

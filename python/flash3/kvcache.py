@@ -13,8 +13,8 @@ With k and v the kernel itself appends them to the cache at cache_seqlens
 launch, and the custom op `flash3::fwd_kvcache_append` says it mutates the
 caches.
 
-Not yet here (see docs/python.md): varlen q (cu_seqlens_q); FP8 caches.
-(PackGQA is automatic; pack_gqa is accepted and ignored.)
+Varlen q (cu_seqlens_q) reads the cache without appending to it.
+Not yet here (see docs/python.md): FP8 caches; appending with varlen q.
 """
 
 from typing import Optional
@@ -58,16 +58,40 @@ def _check_index(name, t, batch, device):
         raise _invalid(f"{name}: must be on q's device ({device}); got {t.device}")
 
 
+def _check_cu_seqlens_q(cu_seqlens_q, max_seqlen_q, q):
+    """Varlen q: q (total_q, heads, dim) and cu_seqlens_q (batch + 1,) int32;
+    returns batch."""
+    if q.dim() != 3:
+        raise _invalid(f"q: must be 3-d (total_q, heads, headdim) with cu_seqlens_q; got shape "
+                       f"{tuple(q.shape)}")
+    if (cu_seqlens_q.dtype != _INT32 or cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 1
+            or cu_seqlens_q.stride() != (1,)):
+        raise _invalid(f"cu_seqlens_q: expected a contiguous int32 tensor (batch + 1,); got "
+                       f"{cu_seqlens_q.dtype} {tuple(cu_seqlens_q.shape)}")
+    if cu_seqlens_q.device != q.device:
+        raise _invalid(f"cu_seqlens_q: must be on q's device ({q.device}); got {cu_seqlens_q.device}")
+    _check_max_seqlen_q(max_seqlen_q)
+    return cu_seqlens_q.shape[0] - 1
+
+
+def _check_max_seqlen_q(max_seqlen_q):
+    if not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool) or max_seqlen_q < 0:
+        raise _invalid(f"max_seqlen_q: expected an int >= 0 with cu_seqlens_q (the longest "
+                       f"sequence; it sizes the grid); got {max_seqlen_q!r}")
+
+
 def _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
-                   page_table, sinks, need_cuda):
+                   page_table, sinks, need_cuda, varlen_q=None):
     """What the C ABI cannot see: devices, dtypes, and shapes agreeing
-    where it carries one value. Returns seqlen_k (the capacity per batch entry)."""
+    where it carries one value. varlen_q: (cu_seqlens_q, max_seqlen_q) or
+    None. Returns seqlen_k (the capacity per batch entry)."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dim() != 4:
-            raise _invalid(f"{name}: must be 4-d (batch, seqlen, heads, headdim); got shape "
-                           f"{tuple(t.shape)}")
         if t.device != q.device:
             raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
+        if t.dim() != 4 and (t is not q or varlen_q is None):
+            raise _invalid(f"{name}: must be 4-d (batch, seqlen, heads, headdim); got shape "
+                           f"{tuple(t.shape)}")
+    batch = q.shape[0] if varlen_q is None else _check_cu_seqlens_q(*varlen_q, q)
     if need_cuda and q.device.type != "cuda":
         raise _invalid(f"q: must be a CUDA tensor; got device {q.device}")
     if q.dtype not in _ABI_DTYPE:
@@ -78,9 +102,8 @@ def _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_le
     if v_cache.shape != k_cache.shape:
         raise _invalid(f"v_cache: shape must equal k_cache's {tuple(k_cache.shape)}; got "
                        f"{tuple(v_cache.shape)}")
-    if k_cache.shape[3] != q.shape[3]:
-        raise _invalid(f"k_cache: head_dim must equal q's ({q.shape[3]}); got {k_cache.shape[3]}")
-    batch = q.shape[0]
+    if k_cache.shape[3] != q.shape[-1]:
+        raise _invalid(f"k_cache: head_dim must equal q's ({q.shape[-1]}); got {k_cache.shape[3]}")
     for name, t in (("cache_seqlens", cache_seqlens), ("cache_batch_idx", cache_batch_idx),
                     ("cache_leftpad", cache_leftpad)):
         _check_index(name, t, batch, q.device)
@@ -154,10 +177,14 @@ def _append_fields(append, causal, window_left, window_right):
 _NO_APPEND = (0,) * 17
 
 
+def _lse_shape(q):
+    """(batch, heads_q, seqlen_q), or with varlen q (3-d) (heads_q, total_q)."""
+    return (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
+
+
 def _empty_outputs(q):
-    batch, seqlen_q, heads_q, _ = q.shape
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty((batch, heads_q, seqlen_q), dtype=_FLOAT32, device=q.device))
+            torch.empty(_lse_shape(q), dtype=_FLOAT32, device=q.device))
 
 
 _launcher = None
@@ -184,12 +211,18 @@ def _kvcache_ok(q, k_cache, v_cache, page_table):
 
 def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
                  softmax_scale, causal, window_left, window_right, softcap, sinks, num_splits,
-                 want_lse=True, append=None):
+                 want_lse=True, append=None, varlen_q=None, pack_gqa=0):
     """The eager implementation: check, allocate out (and lse unless
     want_lse is false), size and allocate the split workspace, launch.
-    append: (k, v, rotary_cos, rotary_sin, rotary_interleaved) or None."""
+    append: (k, v, rotary_cos, rotary_sin, rotary_interleaved) or None;
+    varlen_q: (cu_seqlens_q, max_seqlen_q) or None (not with append);
+    pack_gqa: the C ABI's value (0 auto, 1 off, 2 on)."""
     global _launcher
-    if append is not None:
+    if varlen_q is not None:
+        seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
+                                  cache_leftpad, page_table, sinks, need_cuda=True,
+                                  varlen_q=varlen_q)
+    elif append is not None:
         seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                   cache_leftpad, page_table, sinks, need_cuda=True)
         _check_append(q, k_cache, *append[:4], cache_seqlens)
@@ -211,18 +244,22 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
     if _launcher is None:
         _launcher = _lib.FwdLauncher(with_cache=True)
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=_FLOAT32) if want_lse else None
+    lse = q.new_empty(_lse_shape(q), dtype=_FLOAT32) if want_lse else None
     fields = _fwd_fields(q, k_cache, v_cache, out, lse, softmax_scale, causal, window_left,
-                         window_right, softcap, sinks, None, seqlen_k, cache_seqlens)
+                         window_right, softcap, sinks, None, seqlen_k, cache_seqlens, varlen_q)
     paged = page_table is not None
     cache = [_address(cache_batch_idx), _address(cache_leftpad), _address(page_table),
              page_table.stride(0) if paged else 0, k_cache.shape[1] if paged else 0,
              k_cache.shape[0], num_splits, 0, 0, *_append_fields(append, causal, window_left,
-                                                                 window_right)]
+                                                                 window_right), pack_gqa]
     device = q.get_device()
+    if varlen_q is None:
+        batch, seqlen_q = q.shape[:2]
+    else:
+        batch, seqlen_q = varlen_q[0].shape[0] - 1, varlen_q[1]
+    heads_q, head_dim = q.shape[-2:]
     key = (device, q.dtype, batch, seqlen_q, seqlen_k, heads_q, k_cache.shape[2], head_dim,
-           num_splits)
+           num_splits, pack_gqa)
     workspace_bytes = _workspace_bytes.get(key)
     if workspace_bytes is None:
         workspace_bytes = _launcher.workspace_size(fields, cache)
@@ -242,21 +279,29 @@ def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     cache_leftpad: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
                     softmax_scale: Optional[float], causal: bool, window_left: int,
                     window_right: int, softcap: float, sinks: Optional[torch.Tensor],
-                    num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of q over the cache: (out like q, lse (b, hq, sq) fp32)."""
+                    num_splits: int, cu_seqlens_q: Optional[torch.Tensor], max_seqlen_q: int,
+                    pack_gqa: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of q over the cache: (out like q, lse (b, hq, sq) fp32, or
+    with cu_seqlens_q (hq, total_q))."""
     return _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                         page_table, softmax_scale, causal, window_left, window_right, softcap,
-                        sinks, num_splits)
+                        sinks, num_splits, varlen_q=_varlen_q(cu_seqlens_q, max_seqlen_q),
+                        pack_gqa=pack_gqa)
 
 
 @_fwd_kvcache_op.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                       page_table, softmax_scale, causal, window_left, window_right, softcap,
-                      sinks, num_splits):
+                      sinks, num_splits, cu_seqlens_q=None, max_seqlen_q=0, pack_gqa=0):
     _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
-                   page_table, sinks, need_cuda=False)
+                   page_table, sinks, need_cuda=False,
+                   varlen_q=_varlen_q(cu_seqlens_q, max_seqlen_q))
     _abi_scale(softmax_scale)
     return _empty_outputs(q)
+
+
+def _varlen_q(cu_seqlens_q, max_seqlen_q):
+    return None if cu_seqlens_q is None else (cu_seqlens_q, max_seqlen_q)
 
 
 @torch.library.custom_op("flash3::fwd_kvcache_append", mutates_args=("k_cache", "v_cache"))
@@ -268,19 +313,19 @@ def _fwd_kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_leftpad: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
                            softmax_scale: Optional[float], causal: bool, window_left: int,
                            window_right: int, softcap: float, sinks: Optional[torch.Tensor],
-                           num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+                           num_splits: int, pack_gqa: int) -> tuple[torch.Tensor, torch.Tensor]:
     """k, v appended to the caches (in place), then attention of q over them."""
     return _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                         page_table, softmax_scale, causal, window_left, window_right, softcap,
                         sinks, num_splits, append=(k, v, rotary_cos, rotary_sin,
-                                                   rotary_interleaved))
+                                                   rotary_interleaved), pack_gqa=pack_gqa)
 
 
 @_fwd_kvcache_append_op.register_fake
 def _fwd_kvcache_append_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
                              rotary_interleaved, cache_seqlens, cache_batch_idx, cache_leftpad,
                              page_table, softmax_scale, causal, window_left, window_right,
-                             softcap, sinks, num_splits):
+                             softcap, sinks, num_splits, pack_gqa):
     outputs = _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                 cache_leftpad, page_table, softmax_scale, causal, window_left,
                                 window_right, softcap, sinks, num_splits)
@@ -288,12 +333,13 @@ def _fwd_kvcache_append_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
     return outputs
 
 
-def _cache_seqlens_tensor(cache_seqlens, q):
+def _cache_seqlens_tensor(cache_seqlens, q, cu_seqlens_q=None):
     # FA's API also takes one int for every batch entry.
     if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
         return cache_seqlens
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        return torch.full((q.shape[0],), cache_seqlens, dtype=_INT32, device=q.device)
+        batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+        return torch.full((batch,), cache_seqlens, dtype=_INT32, device=q.device)
     raise _invalid(f"cache_seqlens: expected an int, an int32 tensor (batch,) or None; got "
                    f"{type(cache_seqlens).__name__}")
 
@@ -305,7 +351,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                             num_splits=0, pack_gqa=None, return_softmax_lse=False, sinks=None,
                             return_lse=None):
-    """Attention of q (batch, seqlen_q, heads_q, head_dim) over a KV cache.
+    """Attention of q (batch, seqlen_q, heads_q, head_dim) over a KV cache,
+    or with cu_seqlens_q ((batch + 1,) int32) of q (total_q, heads_q,
+    head_dim) packed as for flash_attn_varlen_func (sequence b is rows
+    cu_seqlens_q[b]:cu_seqlens_q[b + 1], max_seqlen_q the longest; no k, v).
 
     k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, head_dim), or with
     page_table (num_pages, page_size, heads_kv, head_dim) with page_size a
@@ -327,37 +376,60 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     they must be finite (e.g. a cache made with torch.zeros).
     causal and window_size align to the end of each entry's keys, as in FA.
     num_splits: split-KV; 0 chooses (more splits when batch x heads is small),
-    1 none. Returns out (like q), or (out, lse) with lse (batch, heads_q,
-    seqlen_q) fp32 when return_softmax_lse (FA3's name) or return_lse.
+    1 none. pack_gqa: the query heads of a KV head as the rows of one tile;
+    None chooses (where it takes fewer tiles), True or False forces it.
+    Returns out (like q), or (out, lse) with lse (batch, heads_q, seqlen_q)
+    fp32 ((heads_q, total_q) with cu_seqlens_q) when return_softmax_lse
+    (FA3's name) or return_lse.
     """
-    if cu_seqlens_q is not None:
-        raise _unsupported("cu_seqlens_q: varlen q is not supported by flash3's kvcache path yet")
-    del max_seqlen_q, pack_gqa  # PackGQA is chosen by the library
     if not isinstance(num_splits, int) or isinstance(num_splits, bool) or num_splits < 0:
         raise _invalid(f"num_splits: expected an int >= 0 (0: chosen); got {num_splits!r}")
+    if pack_gqa is not None and not isinstance(pack_gqa, bool):
+        raise _invalid(f"pack_gqa: expected None (chosen), True or False; got {pack_gqa!r}")
+    if cu_seqlens_q is not None and not isinstance(cu_seqlens_q, torch.Tensor):
+        raise _invalid(f"cu_seqlens_q: expected an int32 tensor (batch + 1,); got "
+                       f"{type(cu_seqlens_q).__name__}")
+    pack = _PACK_GQA[pack_gqa]
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
-    args = (q, k_cache, v_cache, _cache_seqlens_tensor(cache_seqlens, q), cache_batch_idx,
-            cache_leftpad, page_table, softmax_scale, bool(causal), window_left, window_right,
-            float(softcap), _sinks_as_fp32(sinks), num_splits)
+    args = (q, k_cache, v_cache, _cache_seqlens_tensor(cache_seqlens, q, cu_seqlens_q),
+            cache_batch_idx, cache_leftpad, page_table, softmax_scale, bool(causal), window_left,
+            window_right, float(softcap), _sinks_as_fp32(sinks), num_splits)
     want_lse = return_softmax_lse if return_lse is None else return_lse
-    if k is not None or v is not None or rotary_cos is not None or rotary_sin is not None:
+    appends = k is not None or v is not None or rotary_cos is not None or rotary_sin is not None
+    if cu_seqlens_q is not None:
+        if appends:
+            raise _unsupported("k, v: appending to the cache takes fixed-length q; not supported "
+                               "with varlen q (cu_seqlens_q)")
+        _check_max_seqlen_q(max_seqlen_q)
+        varlen_q = (cu_seqlens_q, max_seqlen_q)
+        if _can_skip_dispatcher(q, k_cache, v_cache) and all(
+                t is None or type(t) is torch.Tensor for t in args[3:7] + args[12:13] + varlen_q[:1]):
+            out, lse = _fwd_kvcache(*args, want_lse=want_lse, varlen_q=varlen_q, pack_gqa=pack)
+        else:
+            out, lse = _fwd_kvcache_op(*args, cu_seqlens_q, max_seqlen_q, pack)
+        return (out, lse) if want_lse else out
+    if appends:
         appended = (k, v, rotary_cos, rotary_sin, bool(rotary_interleaved))
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
                 t is None or type(t) is torch.Tensor for t in args[3:7] + args[12:13] + appended[:4]):
-            out, lse = _fwd_kvcache(*args, want_lse=want_lse, append=appended)
+            out, lse = _fwd_kvcache(*args, want_lse=want_lse, append=appended, pack_gqa=pack)
         elif k is None or v is None:
             _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, args[3])  # raises
         else:
-            out, lse = _fwd_kvcache_append_op(q, k_cache, v_cache, *appended, *args[3:])
+            out, lse = _fwd_kvcache_append_op(q, k_cache, v_cache, *appended, *args[3:], pack)
         return (out, lse) if want_lse else out
     # The custom op costs ~15-20 us of host time; decode steps are short
     # enough that it would show. Skipped only where nothing could intercept it.
     if _can_skip_dispatcher(q, k_cache, v_cache) and all(
             t is None or type(t) is torch.Tensor for t in (args[3:7] + args[12:13])):
-        out, lse = _fwd_kvcache(*args, want_lse=want_lse)
+        out, lse = _fwd_kvcache(*args, want_lse=want_lse, pack_gqa=pack)
     else:
-        out, lse = _fwd_kvcache_op(*args)
+        out, lse = _fwd_kvcache_op(*args, None, 0, pack)
     return (out, lse) if want_lse else out
+
+
+# flash3_fwd_params.pack_gqa (FLASH3_PACK_GQA_*) for the Python argument.
+_PACK_GQA = {None: 0, False: 1, True: 2}
 
 
 def _check_combine(out_partial, lse_partial, out_dtype, need_cuda):

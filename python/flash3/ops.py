@@ -76,7 +76,7 @@ def _check_sinks(sinks, q):
     """The ABI takes sinks as a bare (heads_q,) fp32 pointer."""
     if sinks is None:
         return
-    heads_q = q.shape[2]
+    heads_q = q.shape[-2]  # (batch, seqlen, heads, dim) or packed (total, heads, dim)
     if (sinks.shape != (heads_q,) or sinks.dtype != _FLOAT32
             or (sinks.numel() and sinks.stride() != (1,))):
         raise _invalid(
@@ -143,16 +143,25 @@ def _address(t):
 
 
 def _fwd_fields(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
-               sinks, varlen, seqlen_k=None, seqused_k=None):
+               sinks, varlen, seqlen_k=None, seqused_k=None, packed_q=None):
     """FwdLauncher's fields (see _launch). Without varlen: seqlen_k overrides
-    k's (a paged cache's capacity per batch entry) and seqused_k gives the
-    keys used per batch entry."""
+    k's (a paged cache's capacity per batch entry), seqused_k gives the
+    keys used per batch entry, and packed_q = (cu_seqlens_q, max_seqlen_q)
+    makes it varlen q over a cache: q and out (total_q, heads, dim)."""
     if varlen is None:
-        batch, seqlen_q, num_heads_q, head_dim = q.shape
         _, k_rows, num_heads_kv, _ = k.shape
         seqlen_k = k_rows if seqlen_k is None else seqlen_k
-        strides = (q.stride(), k.stride(), v.stride(), out.stride())
-        varlen_fields = _NO_VARLEN if seqused_k is None else (0, 0, 0, seqused_k.data_ptr(), 0, 0)
+        used_k = _address(seqused_k)
+        if packed_q is None:
+            batch, seqlen_q, num_heads_q, head_dim = q.shape
+            strides = (q.stride(), k.stride(), v.stride(), out.stride())
+            varlen_fields = _NO_VARLEN if seqused_k is None else (0, 0, 0, used_k, 0, 0)
+        else:
+            cu_seqlens_q, seqlen_q = packed_q
+            batch = cu_seqlens_q.shape[0] - 1
+            total_q, num_heads_q, head_dim = q.shape
+            strides = ((0, *q.stride()), k.stride(), v.stride(), (0, *out.stride()))
+            varlen_fields = (cu_seqlens_q.data_ptr(), 0, 0, used_k, total_q, 0)
     else:
         cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, seqlen_q, seqlen_k = varlen
         batch = cu_seqlens_q.shape[0] - 1

@@ -21,7 +21,7 @@ constexpr uint64_t kFwdParamsSizeV3 = 240;
 constexpr uint64_t kFwdParamsSizeV4 = 280;  // unchanged in v5
 constexpr uint64_t kFwdParamsSizeV6 = 376;
 constexpr uint64_t kFwdParamsSizeV7 = 440;
-constexpr uint64_t kFwdParamsSizeV8 = 560;
+constexpr uint64_t kFwdParamsSizeV8 = 560;  // unchanged in v9 (pack_gqa was a pad)
 static_assert(offsetof(flash3_fwd_params, window_left) == kFwdParamsSizeV1);
 static_assert(offsetof(flash3_fwd_params, sinks) == kFwdParamsSizeV2);
 static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
@@ -121,6 +121,7 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.rotary_seqlen = p.rotary_seqlen;
   out.rotary_interleaved = p.rotary_interleaved != 0;
   out.rotary_q_per_row = p.rotary_q_per_row != 0;
+  out.pack_gqa = static_cast<flash3::PackGqa>(p.pack_gqa);  // unknown values are rejected by validation
   return out;
 }
 

@@ -107,7 +107,7 @@ CheckResult check_used_pointers(std::initializer_list<UsedPointer> pointers, int
 
 CheckResult check_device_pointers(const ForwardParams& p, int device) {
   const bool varlen = p.cu_seqlens_q != nullptr;
-  const bool has_keys = varlen ? p.total_k > 0 : p.seqlen_k > 0;
+  const bool has_keys = varlen_kv(p) ? p.total_k > 0 : p.seqlen_k > 0;
   return check_used_pointers({{"q", p.q.data, true},
                               {"k", p.k.data, has_keys},
                               {"v", p.v.data, has_keys},
@@ -115,7 +115,7 @@ CheckResult check_device_pointers(const ForwardParams& p, int device) {
                               {"lse", p.lse, p.lse != nullptr},
                               {"sinks", p.sinks, p.sinks != nullptr},
                               {"cu_seqlens_q", p.cu_seqlens_q, varlen && has_keys},
-                              {"cu_seqlens_k", p.cu_seqlens_k, varlen && has_keys},
+                              {"cu_seqlens_k", p.cu_seqlens_k, varlen_kv(p) && has_keys},
                               {"seqused_q", p.seqused_q, varlen && has_keys && p.seqused_q != nullptr},
                               {"seqused_k", p.seqused_k, has_keys && p.seqused_k != nullptr},
                               {"kv_batch_idx", p.kv_batch_idx, has_keys && p.kv_batch_idx != nullptr},

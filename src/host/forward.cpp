@@ -125,7 +125,9 @@ cudaError_t combine_splits(const ForwardParams& p, int splits, cudaStream_t stre
   c.seqlen = p.seqlen_q;
   c.heads = p.heads_q;
   c.head_dim = p.head_dim;
-  return kernels::run_combine(c, stream);
+  if (p.cu_seqlens_q == nullptr) return kernels::run_combine(c, stream);
+  c.out.stride[0] = 0;  // varlen q: rows of one packed entry (CombineVarlenRows)
+  return kernels::run_combine(c, stream, {p.cu_seqlens_q, p.seqused_q, p.total_q});
 }
 
 Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
@@ -162,7 +164,7 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
   }
 
   std::optional<cudaError_t> launched;
-  if (varlen ? resolved.total_k == 0 : resolved.seqlen_k == 0) {
+  if (host::varlen_kv(resolved) ? resolved.total_k == 0 : resolved.seqlen_k == 0) {
     if (varlen) {  // the packed rows as one sequence: lse (heads_q, total_q) is that layout
       resolved.batch = 1;
       resolved.seqlen_q = resolved.total_q;

@@ -5,12 +5,13 @@
 #include "kernels/pack_gqa.h"
 #include "kernels/split_kv.h"
 #include "kernels/tile_config.h"
+#include "validate.hpp"
 
 namespace flash3::host {
 namespace {
 
 bool splittable(const ForwardParams& p) {
-  return p.dtype != DType::kFloat8E4M3 && p.cu_seqlens_q == nullptr;
+  return p.dtype != DType::kFloat8E4M3 && !varlen_kv(p);
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -19,14 +20,14 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 int pack_gqa(const ForwardParams& p) {
   if (!splittable(p) || p.heads_kv <= 0) return 1;
   return kernels::pack_gqa_factor(p.seqlen_q, p.heads_q / p.heads_kv,
-                                  kernels::fwd_tile_config(p.head_dim).block_m);
+                                  kernels::fwd_tile_config(p.head_dim).block_m, p.pack_gqa);
 }
 
 }  // namespace
 
 bool uses_kv_cache_kernel(const ForwardParams& p, int splits) {
-  if (p.cu_seqlens_q != nullptr) return false;
-  return splits > 1 || p.seqused_k != nullptr || p.kv_batch_idx != nullptr ||
+  if (varlen_kv(p)) return false;
+  return p.cu_seqlens_q != nullptr || splits > 1 || p.seqused_k != nullptr || p.kv_batch_idx != nullptr ||
          p.leftpad_k != nullptr || p.page_table != nullptr || pack_gqa(p) > 1;
 }
 

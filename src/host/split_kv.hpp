@@ -14,9 +14,10 @@ inline constexpr int kMaxSplits = 128;
 // (Q load, epilogue, its share of the combine) amortize over at least this many.
 inline constexpr int kMinBlocksPerSplit = 2;
 
-// K / V through the KV-cache kernel: cache arrays (seqused_k without varlen,
-// kv_batch_idx, leftpad_k, page_table), `splits` > 1, or GQA that PackGQA
-// packs (kernels/pack_gqa.h: few query rows per head).
+// K / V through the KV-cache kernel: cache arrays (seqused_k without varlen
+// k, kv_batch_idx, leftpad_k, page_table), varlen q over unpacked k and v,
+// `splits` > 1, or GQA that PackGQA packs (kernels/pack_gqa.h: few query
+// rows per head, or pack_gqa on).
 bool uses_kv_cache_kernel(const ForwardParams& params, int splits);
 
 // num_splits = 0's choice for `ctas` CTAs without splits, each over
@@ -30,7 +31,7 @@ size_t split_workspace_bytes(const ForwardParams& params, int splits);
 
 // The split count forward() runs with: num_splits when given (>= 1), else
 // choose_splits() for this call, reduced to what workspace_bytes holds.
-// 1 for what split-KV does not support (FP8, varlen).
+// 1 for what split-KV does not support (FP8, varlen k).
 int resolve_splits(const ForwardParams& params, int sms, bool limit_to_workspace = true);
 
 }  // namespace flash3::host

@@ -113,24 +113,26 @@ std::string pointer_text(const void* pointer) {
 }
 
 // Varlen's arrays and totals (their contents are on the device: see
-// packed_sequence.cuh for what inconsistent ones do).
+// packed_sequence.cuh for what inconsistent ones do). cu_seqlens_q alone is
+// varlen q over a KV cache; cu_seqlens_k needs it.
 CheckResult check_varlen(const ForwardParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
-  if (varlen != (p.cu_seqlens_k != nullptr))
-    return invalid(cat("cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got "
-                       "cu_seqlens_q = ", pointer_text(p.cu_seqlens_q), ", cu_seqlens_k = ",
-                       pointer_text(p.cu_seqlens_k)));
-  // (Without varlen, seqused_k is a KV cache's per-batch key count: check_kv_cache.)
+  if (varlen_kv(p) && !varlen)
+    return invalid(cat("cu_seqlens_k: packed k and v (varlen) need cu_seqlens_q too; got "
+                       "cu_seqlens_q = NULL, cu_seqlens_k = ", pointer_text(p.cu_seqlens_k)));
+  // (Without varlen k, seqused_k is a KV cache's per-batch key count: check_kv_cache.)
   if (!varlen && p.seqused_q != nullptr)
-    return invalid(cat("seqused_q: only with cu_seqlens_q and cu_seqlens_k (varlen); got ",
-                       pointer_text(p.seqused_q)));
+    return invalid(cat("seqused_q: only with cu_seqlens_q (varlen); got ", pointer_text(p.seqused_q)));
   if (!varlen) return check_aligned_pointer("seqused_k", p.seqused_k);
-  for (CheckResult r : {check_size("total_q", p.total_q, 0), check_size("total_k", p.total_k, 0),
+  for (CheckResult r : {check_size("total_q", p.total_q, 0),
                         check_aligned_pointer("cu_seqlens_q", p.cu_seqlens_q),
-                        check_aligned_pointer("cu_seqlens_k", p.cu_seqlens_k),
                         check_aligned_pointer("seqused_q", p.seqused_q),
                         check_aligned_pointer("seqused_k", p.seqused_k),
-                        check_rows("total_q * num_heads_q", rows(1, p.total_q, p.heads_q)),
+                        check_rows("total_q * num_heads_q", rows(1, p.total_q, p.heads_q))})
+    if (!r.ok()) return r;
+  if (!varlen_kv(p)) return {};
+  for (CheckResult r : {check_size("total_k", p.total_k, 0),
+                        check_aligned_pointer("cu_seqlens_k", p.cu_seqlens_k),
                         check_rows("total_k * num_heads_kv", rows(1, p.total_k, p.heads_kv))})
     if (!r.ok()) return r;
   // The per-sequence band (window.hpp) spans key - row differences up to total_q + total_k.
@@ -145,7 +147,7 @@ const char* kv_cache_array(const ForwardParams& p) {
   if (p.kv_batch_idx != nullptr) return "kv_batch_idx";
   if (p.leftpad_k != nullptr) return "leftpad_k";
   if (p.page_table != nullptr) return "page_table";
-  if (p.seqused_k != nullptr && p.cu_seqlens_q == nullptr) return "seqused_k";
+  if (p.seqused_k != nullptr && !varlen_kv(p)) return "seqused_k";
   return nullptr;
 }
 
@@ -160,24 +162,27 @@ CheckResult check_workspace(const void* workspace, size_t bytes, size_t needed, 
   return {};
 }
 
-// KV cache and split-KV: 16-bit, fixed-length queries; a page table excludes
-// kv_batch_idx and leftpad_k; explicit splits need their workspace.
+// KV cache and split-KV: 16-bit, k and v not packed (varlen q may be); a
+// page table excludes kv_batch_idx and leftpad_k; explicit splits need
+// their workspace.
 CheckResult check_kv_cache(const ForwardParams& p) {
   if (p.num_splits < 0 || p.num_splits > kMaxSplits)
     return invalid(cat("num_splits must be in [0, ", kMaxSplits, "] (0: chosen, 1: no split); got ",
                        p.num_splits));
-  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (p.pack_gqa != PackGqa::kAuto && p.pack_gqa != PackGqa::kOff && p.pack_gqa != PackGqa::kOn)
+    return invalid(cat("pack_gqa: expected auto (0), off (1) or on (2); got ", static_cast<int>(p.pack_gqa)));
+  const bool packed_kv = varlen_kv(p);
   const bool fp8 = p.dtype == DType::kFloat8E4M3;
   const char* array = kv_cache_array(p);
-  if (array != nullptr && varlen)
-    return unsupported(cat(array, ": a KV cache is read with fixed-length queries; not supported "
-                                  "with varlen (cu_seqlens_q)"));
+  if (array != nullptr && packed_kv)
+    return unsupported(cat(array, ": a KV cache is read from unpacked k and v; not supported "
+                                  "with varlen k (cu_seqlens_k)"));
   if (array != nullptr && fp8)
     return unsupported(cat(array, ": the KV cache kernel takes bf16 or fp16; not supported with "
                                   "dtype e4m3 (FP8)"));
-  if (p.num_splits > 1 && (varlen || fp8))
-    return unsupported(cat("num_splits: split-KV takes bf16 or fp16 and fixed-length batches; "
-                           "not supported with ", varlen ? "varlen (cu_seqlens_q)" : "dtype e4m3 (FP8)",
+  if (p.num_splits > 1 && (packed_kv || fp8))
+    return unsupported(cat("num_splits: split-KV takes bf16 or fp16 and unpacked k and v; "
+                           "not supported with ", packed_kv ? "varlen k (cu_seqlens_k)" : "dtype e4m3 (FP8)",
                            "; got ", p.num_splits));
   if (p.cache_batch < 0) return invalid(cat("cache_batch must be >= 0 (0: batch); got ", p.cache_batch));
   for (CheckResult r : {check_aligned_pointer("kv_batch_idx", p.kv_batch_idx),
@@ -223,10 +228,12 @@ CheckResult check_append(const ForwardParams& p) {
   }
   if (p.seqlen_q == 0)
     return invalid("seqlen_q must be >= 1 when appending: the attention kernel writes the new keys");
-  if (p.seqused_k == nullptr || p.cu_seqlens_q != nullptr)
+  if (p.cu_seqlens_q != nullptr)
+    return unsupported(cat("seqlen_new: appending (seqlen_new = ", p.seqlen_new, ") takes "
+                           "fixed-length q; not supported with varlen q (cu_seqlens_q)"));
+  if (p.seqused_k == nullptr)
     return invalid(cat("seqused_k: appending (seqlen_new = ", p.seqlen_new, ") needs each batch "
-                       "entry's cached key count, where its new keys go, and fixed-length q; got ",
-                       p.cu_seqlens_q != nullptr ? "varlen q" : "seqused_k = NULL"));
+                       "entry's cached key count, where its new keys go; got NULL"));
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return unsupported(cat("seqlen_new: appending to the cache takes bf16 or fp16; got dtype ",
                            dtype_name(p.dtype)));
@@ -419,6 +426,8 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
     if (CheckResult r = check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q));
         !r.ok())
       return r;
+  }
+  if (!varlen_kv(p)) {
     const bool paged = p.page_table != nullptr;
     CheckResult const kv_rows =
         p.cache_batch > 0
@@ -434,7 +443,7 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   if (CheckResult r = check_mask(p); !r.ok()) return r;
 
   const bool q_used = p.batch > 0 && p.seqlen_q > 0 && (!varlen || p.total_q > 0);
-  const bool kv_used = p.batch > 0 && (varlen ? p.total_k > 0 : p.seqlen_k > 0);
+  const bool kv_used = p.batch > 0 && (varlen_kv(p) ? p.total_k > 0 : p.seqlen_k > 0);
   const struct {
     const char* name;
     const Tensor4d& tensor;
@@ -492,6 +501,10 @@ bool backward_has_keys(const BackwardParams& p) {
 CheckResult validate_backward(const BackwardParams& p, const BuildConfig& built) {
   if (p.dtype == DType::kFloat8E4M3)
     return unsupported("dtype: e4m3 (FP8) has a forward only; the backward takes bf16 or fp16");
+  if ((p.cu_seqlens_q != nullptr) != (p.cu_seqlens_k != nullptr))
+    return invalid(cat("cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither in the "
+                       "backward; got cu_seqlens_q = ", pointer_text(p.cu_seqlens_q),
+                       ", cu_seqlens_k = ", pointer_text(p.cu_seqlens_k)));
   if (p.seqused_k != nullptr && p.cu_seqlens_q == nullptr)
     return unsupported("seqused_k: only with varlen (cu_seqlens_q) in the backward (a KV cache's "
                        "key counts are forward only)");

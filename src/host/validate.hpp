@@ -19,6 +19,10 @@ inline constexpr int kNumHeadDims = sizeof(kSupportedHeadDims) / sizeof(int);
 inline constexpr DType kKnownDTypes[] = {DType::kBFloat16, DType::kFloat16};
 inline constexpr int kNumDTypes = sizeof(kKnownDTypes) / sizeof(DType);
 
+// Varlen k: packed k and v (cu_seqlens_k; validation requires cu_seqlens_q
+// too), the varlen kernel's. cu_seqlens_q alone is varlen q over a KV cache.
+inline bool varlen_kv(const ForwardParams& p) { return p.cu_seqlens_k != nullptr; }
+
 // "bf16" / "fp16" / "e4m3" / "fp32", or nullptr for a value that is not a DType.
 const char* dtype_name(DType dtype);
 int dtype_bytes(DType dtype);

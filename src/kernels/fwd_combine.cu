@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/fwd_combine_run.h"
+#include "kernels/packed_sequence.cuh"
 
 namespace flash3::kernels {
 namespace {
@@ -36,6 +37,7 @@ struct CombineKernelParams {
   int heads;
   int head_dim;
   int64_t rows;                   // batch * seqlen * heads
+  CombineVarlenRows varlen;
 };
 
 __device__ float warp_max(float x) {
@@ -69,6 +71,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
   int const head = int(index % p.heads);
   int const row = int(index / p.heads % p.seqlen);
   int const batch = int(index / p.heads / p.seqlen);
+  int packed_row = row;  // in out (varlen: packed)
+  float* lse_out = p.lse == nullptr ? nullptr : p.lse + (int64_t(batch) * p.heads + head) * p.seqlen + row;
+  if (p.varlen.cu_seqlens != nullptr) {
+    PackedSequence const s =
+        packed_sequence(p.varlen.cu_seqlens, p.varlen.seqused, batch, p.varlen.total, p.seqlen);
+    if (row >= s.length) return;
+    packed_row = s.offset + row;
+    if (lse_out != nullptr) lse_out = p.lse + int64_t(head) * p.varlen.total + packed_row;
+  }
 
   float const* lse_row = p.lse_partial + batch * p.lse_partial_stride[1] +
                          row * p.lse_partial_stride[2] + head * p.lse_partial_stride[3];
@@ -96,11 +107,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes)
   float row_max = fmaxf(sink, first_lse);
   for (int s = lane + kLanes; s < p.num_splits; s += kLanes) row_max = fmaxf(row_max, split_lse(s));
   row_max = warp_max(row_max);
-  Out* out = static_cast<Out*>(p.out) + batch * p.out_stride[0] + row * p.out_stride[1] +
+  Out* out = static_cast<Out*>(p.out) + batch * p.out_stride[0] + packed_row * p.out_stride[1] +
              head * p.out_stride[2];
-  float* lse_out = p.lse == nullptr
-                       ? nullptr
-                       : p.lse + (int64_t(batch) * p.heads + head) * p.seqlen + row;
   if (row_max == -INFINITY) {  // no split saw a key, and no sink
     for (int d = lane; d < p.head_dim; d += kLanes) out[d] = Out(0.f);
     if (lse_out != nullptr && lane == 0) *lse_out = -INFINITY;
@@ -162,7 +170,7 @@ cudaError_t launch_by_head_dim(CombineKernelParams const& kp, cudaStream_t strea
 
 }  // namespace
 
-cudaError_t run_combine(CombineParams const& p, cudaStream_t stream) {
+cudaError_t run_combine(CombineParams const& p, cudaStream_t stream, CombineVarlenRows const& varlen) {
   CombineKernelParams kp{};
   kp.out_partial = p.out_partial;
   for (int i = 0; i < 5; ++i) kp.out_partial_stride[i] = p.out_partial_stride[i];
@@ -177,6 +185,7 @@ cudaError_t run_combine(CombineParams const& p, cudaStream_t stream) {
   kp.heads = p.heads;
   kp.head_dim = p.head_dim;
   kp.rows = int64_t(p.batch) * p.seqlen * p.heads;
+  kp.varlen = varlen;
   switch (p.out_dtype) {
     case DType::kBFloat16: return launch_by_head_dim<cutlass::bfloat16_t>(kp, stream);
     case DType::kFloat16: return launch_by_head_dim<cutlass::half_t>(kp, stream);

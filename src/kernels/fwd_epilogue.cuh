@@ -45,14 +45,14 @@ struct FwdEpilogue {
     Tensor out_frag = make_tensor<Element>(acc_o.layout());
     convert_fragment(acc_o, out_frag);
 
-    // Varlen: out_batch_stride is 0 and the sequence starts at row offset_q.
+    // Packed q: out_batch_stride is 0 and the sequence starts at row offset_q.
     Element* const out = p.out + tile.batch * p.out_batch_stride + tile.offset_q * p.out_row_stride;
     store_fragment_rows(as_rowcol(out_frag), coords, at_query(p, tile, [&](QueryRow q) {
                           return out + q.head * p.out_head_stride + q.row * p.out_row_stride;
                         }));
     if (p.lse == nullptr) return;
     store_lse(coords, lse, thread, at_query(p, tile, [&](QueryRow q) {
-                return Traits::kVarlen
+                return Mainloop::packed_q(p)
                            ? p.lse + int64_t(q.head) * p.total_q + tile.offset_q + q.row
                            : p.lse + (int64_t(tile.batch) * p.heads_q + q.head) * p.seqlen_q + q.row;
               }));

@@ -81,16 +81,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     return cute::make_tuple(tile, n_block_begin, n_block_end);
   };
-  // Varlen: the grid covers the longest sequence; the others' surplus blocks
-  // have no rows.
-  auto const has_rows = [](FwdTile const& tile) {
-    return !Traits::kVarlen || tile.m_block * Traits::kBlockM < tile.seqlen_q;
+  // Varlen (q): the grid covers the longest sequence; the others' surplus
+  // blocks have no rows (KV cache: PackGQA's rows are queries times pack).
+  auto const has_rows = [&params](FwdTile const& tile) {
+    if constexpr (Traits::kVarlen) return tile.m_block * Traits::kBlockM < tile.seqlen_q;
+    if constexpr (Traits::kKvCache) return tile.m_block * Traits::kBlockM < tile.seqlen_q * params.pack;
+    return true;
   };
 
   // Append (KV cache): the consumers write the new keys into the cache, and
   // the producer's loading warps wait for them (kAppended) first. One
   // barrier phase per CTA: a KV-cache (banded) grid runs one tile per CTA,
-  // and every KV-cache tile has rows.
+  // and every appending tile has rows (append takes fixed-length q, so
+  // seqlen_q sizes every batch entry's grid).
   static_assert(!(Traits::kKvCache && (kPersistent || Traits::kVarlen)));
   bool const appends = Traits::kKvCache && params.seqlen_new > 0;
 

@@ -62,11 +62,13 @@ struct FwdKernelParams {
   float softcap_input_scale;
   float scale_log2;       // softmax_scale (or softcap) * log2(e)
   float const* sinks;     // (heads_q) logits joining each row's denominator, or null
-  // Varlen (Traits::kVarlen; null otherwise): sequence b is rows
+  // Varlen (Traits::kVarlen; else null but for the KV cache's below): sequence b is rows
   // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q and out (only the
   // first seqused_q[b] of them when given), keys likewise; batch is the
   // number of sequences, seqlen_q / seqlen_k the longest. TMA sees the packed
-  // tensors as one batch entry of total_q / total_k rows.
+  // tensors as one batch entry of total_q / total_k rows. KV cache:
+  // cu_seqlens_q (and seqused_q) may be set, varlen q over the cache: q,
+  // out and lse packed, cu_seqlens_k null (seqused_k: see below).
   int const* cu_seqlens_q;
   int const* cu_seqlens_k;
   int const* seqused_q;

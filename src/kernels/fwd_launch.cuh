@@ -64,7 +64,8 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   constexpr bool kVarlen = Traits::kVarlen;
   constexpr bool kKvCache = Traits::kKvCache;
   // KV cache: tiles of PackGQA's rows, queries times `pack` heads.
-  int const pack = kKvCache ? pack_gqa_factor(p.seqlen_q, p.heads_q / p.heads_kv, Traits::kBlockM) : 1;
+  int const pack =
+      kKvCache ? pack_gqa_factor(p.seqlen_q, p.heads_q / p.heads_kv, Traits::kBlockM, p.pack_gqa) : 1;
   int const m_blocks = int(ceil_div(int64_t{p.seqlen_q} * pack, Traits::kBlockM));
   int const splits = kKvCache ? p.num_splits : 1;
   int64_t const tiles = int64_t{m_blocks} * (p.heads_q / pack) * p.batch * splits;
@@ -73,8 +74,11 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   // Varlen: TMA sees the packed tensors as one batch entry of total rows, and
   // the band is relative to each sequence (fwd_kernel_params.cuh); a KV
   // cache's band is relative to each batch entry's keys, and K / V have
-  // cache_batch entries (pages, when paged, of page_size rows).
-  int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
+  // cache_batch entries (pages, when paged, of page_size rows). Varlen q
+  // over a cache packs q and out only.
+  bool const packed_q = p.cu_seqlens_q != nullptr;
+  int const rows_q = packed_q ? p.total_q : p.seqlen_q;
+  int const tma_batch_q = packed_q ? 1 : p.batch;
   int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
   int const tma_batch = kVarlen ? 1 : p.batch;
   int const tma_batch_kv = kKvCache ? p.cache_batch : tma_batch;
@@ -82,14 +86,14 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
   int const rows_kv = kKvCache && p.page_table != nullptr ? p.page_size : rows_k;
   int const diagonal = kVarlen || kKvCache ? 0 : p.seqlen_k - p.seqlen_q;
   FwdKernelParams<Traits> kp{
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch, rows_q, p.heads_q),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch_q, rows_q, p.heads_q),
                     typename Traits::SmemLayoutQ{}, select<0, 2>(typename Traits::TileShape{}), _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch_kv, rows_kv, p.heads_kv),
                     take<0, 2>(typename Traits::SmemLayoutKV{}),
                     select<1, 2>(typename Traits::TileShape{}), _1{}),
       make_tma_copy_v<Traits>(p, tma_batch_kv, rows_kv),
       static_cast<typename Traits::OutElement*>(p.out.data),
-      kVarlen ? 0 : p.out.stride[0],
+      packed_q ? 0 : p.out.stride[0],
       p.out.stride[1],
       p.out.stride[2],
       p.lse,
@@ -145,6 +149,7 @@ cudaError_t launch_fwd(ForwardParams const& p, cudaStream_t stream) {
     kp.page_size = p.page_size;
     using Element = typename Traits::Element;
     kp.q = strided_rows<Element const>(p.q);
+    if (packed_q) kp.q.batch_stride = 0;  // (a C caller's stride[0] is ignored)
     if (p.seqlen_new > 0) {
       kp.seqlen_new = p.seqlen_new;
       kp.k_new = strided_rows<Element const>(p.k_new);

@@ -54,6 +54,11 @@ struct FwdMainloop {
   static constexpr bool kKvCache = Traits::kKvCache;
   // Lengths per batch entry, in the tile (else the params').
   static constexpr bool kTileLengths = kVarlen || kKvCache;
+  // q and out packed (varlen, or varlen q over a cache): one batch entry of
+  // total_q rows, lse (heads_q, total_q).
+  CUTE_DEVICE static bool packed_q(Params const& p) {
+    return kVarlen || (kKvCache && p.cu_seqlens_q != nullptr);
+  }
   // Producer warps whose threads issue loads (KV cache: K's and V's apart),
   // and the threads of the append barrier: the consumers and those warps.
   static constexpr int kLoadingWarps = kKvCache ? 2 : 1;
@@ -89,7 +94,10 @@ struct FwdMainloop {
       int const used = min(cached + p.seqlen_new, p.seqlen_k);
       int const leftpad = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), used) : 0;
       int const kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[batch] : batch;
-      return {m_block, head * p.pack, batch, 0, leftpad, p.seqlen_q, used - leftpad, kv_batch, split,
+      PackedSequence const q = packed_q(p)
+                                   ? packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q, p.seqlen_q)
+                                   : PackedSequence{0, p.seqlen_q};
+      return {m_block, head * p.pack, batch, q.offset, leftpad, q.length, used - leftpad, kv_batch, split,
               cached};
     } else {
       return {m_block, head, batch, 0, 0, 0, 0, batch};
@@ -380,7 +388,8 @@ struct FwdMainloop {
       int const c = i * kThreads + thread % kThreads;
       QueryRow const query = query_of(c);
       chunks[i] = query.row < tile.seqlen_q
-                      ? load_chunk(p.q.row(tile.batch, query.row, query.head) + c % kChunksPerRow * kChunk)
+                      ? load_chunk(p.q.row(tile.batch, tile.offset_q + query.row, query.head) +
+                                   c % kChunksPerRow * kChunk)
                       : make_uint4(0, 0, 0, 0);
     }
     CUTE_UNROLL

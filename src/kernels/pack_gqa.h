@@ -7,12 +7,17 @@
 
 #include <cstdint>
 
+#include "flash3/flash3.hpp"
+
 namespace flash3::kernels {
 
 // The pack factor of the KV-cache kernel: the GQA group size when packing
-// needs fewer tiles than one head per tile, else 1.
-inline int pack_gqa_factor(int seqlen_q, int heads_per_kv_head, int block_m) {
-  if (heads_per_kv_head <= 1) return 1;
+// needs fewer tiles than one head per tile (PackGqa::kAuto) or is asked for
+// (kOn), else 1.
+inline int pack_gqa_factor(int seqlen_q, int heads_per_kv_head, int block_m,
+                           PackGqa mode = PackGqa::kAuto) {
+  if (heads_per_kv_head <= 1 || mode == PackGqa::kOff) return 1;
+  if (mode == PackGqa::kOn) return heads_per_kv_head;
   int64_t const packed = (int64_t{seqlen_q} * heads_per_kv_head + block_m - 1) / block_m;
   int64_t const unpacked = int64_t{heads_per_kv_head} * ((seqlen_q + block_m - 1) / block_m);
   return packed < unpacked ? heads_per_kv_head : 1;

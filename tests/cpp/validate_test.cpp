@@ -366,17 +366,16 @@ ForwardParams valid_varlen_params() {
   return p;
 }
 
-TEST(Validate, VarlenCuSeqlensBothOrNeither) {
+TEST(Validate, VarlenCuSeqlens) {
   ForwardParams p = valid_varlen_params();
   expect_ok(p);
-  p.cu_seqlens_k = nullptr;
+  p.cu_seqlens_q = nullptr;
   expect_error(p, Status::kInvalidArgument,
-               "cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither; got cu_seqlens_q = "
-               "0x600000, cu_seqlens_k = NULL");
+               "cu_seqlens_k: packed k and v (varlen) need cu_seqlens_q too; got cu_seqlens_q = "
+               "NULL, cu_seqlens_k = 0x700000");
   p = valid_params();
   p.seqused_q = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
-  expect_error(p, Status::kInvalidArgument,
-               "seqused_q: only with cu_seqlens_q and cu_seqlens_k (varlen); got 0x800000");
+  expect_error(p, Status::kInvalidArgument, "seqused_q: only with cu_seqlens_q (varlen); got 0x800000");
   // Without varlen, seqused_k is a KV cache's per-batch key count.
   p = valid_params();
   p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
@@ -395,8 +394,8 @@ TEST(Validate, KvCacheRules) {
   p = valid_varlen_params();
   p.leftpad_k = array;
   expect_error(p, Status::kUnsupported,
-               "leftpad_k: a KV cache is read with fixed-length queries; not supported with varlen "
-               "(cu_seqlens_q)");
+               "leftpad_k: a KV cache is read from unpacked k and v; not supported with varlen k "
+               "(cu_seqlens_k)");
   p = valid_params(DType::kFloat8E4M3, 128);
   p.page_table = array;
   expect_error(p, Status::kUnsupported,
@@ -444,7 +443,13 @@ TEST(Validate, AppendAndRotaryRules) {
   bad.seqused_k = nullptr;
   expect_error(bad, Status::kInvalidArgument,
                "seqused_k: appending (seqlen_new = 3) needs each batch entry's cached key count, "
-               "where its new keys go, and fixed-length q; got seqused_k = NULL");
+               "where its new keys go; got NULL");
+  bad = p;
+  bad.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600000});
+  bad.total_q = 10;
+  expect_error(bad, Status::kUnsupported,
+               "seqlen_new: appending (seqlen_new = 3) takes fixed-length q; not supported with "
+               "varlen q (cu_seqlens_q)");
   bad = p;
   bad.k_new.data = nullptr;
   expect_error(bad, Status::kInvalidArgument, "k_new: expected a non-null data pointer; got NULL");
@@ -522,8 +527,45 @@ TEST(Validate, SplitRules) {
   ForwardParams v = valid_varlen_params();
   v.num_splits = 2;
   expect_error(v, Status::kUnsupported,
-               "num_splits: split-KV takes bf16 or fp16 and fixed-length batches; not supported "
-               "with varlen (cu_seqlens_q); got 2");
+               "num_splits: split-KV takes bf16 or fp16 and unpacked k and v; not supported "
+               "with varlen k (cu_seqlens_k); got 2");
+}
+
+// cu_seqlens_q alone: varlen q over a KV cache (packed q and out, a cache's k and v).
+TEST(Validate, VarlenQOverCache) {
+  ForwardParams p = valid_params();
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600000});
+  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x800000});
+  p.total_q = 10;
+  p.num_splits = 1;
+  expect_ok(p);
+  EXPECT_TRUE(flash3::host::uses_kv_cache_kernel(p, 1));
+  ForwardParams bad = p;
+  bad.total_q = -1;
+  expect_error(bad, Status::kInvalidArgument, "total_q must be >= 0; got -1");
+  bad = p;
+  bad.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600002});
+  expect_error(bad, Status::kInvalidArgument, "cu_seqlens_q: pointer must be 4-byte aligned; got 0x600002");
+  bad = valid_params(DType::kFloat8E4M3, 128);
+  bad.cu_seqlens_q = p.cu_seqlens_q;
+  bad.total_q = 10;
+  expect_error(bad, Status::kUnsupported, "cu_seqlens_q: varlen is not supported with dtype e4m3 (FP8)");
+  // Split-KV and its workspace apply as without varlen q (sized by seqlen_q, the longest).
+  p.num_splits = 2;
+  expect_error(p, Status::kInvalidArgument,
+               "workspace: expected device memory of at least " +
+                   std::to_string(flash3::host::split_workspace_bytes(p, 2)) +
+                   " bytes (forward_workspace_size); got NULL");
+}
+
+TEST(Validate, PackGqaValues) {
+  ForwardParams p = valid_params();
+  for (flash3::PackGqa mode : {flash3::PackGqa::kAuto, flash3::PackGqa::kOff, flash3::PackGqa::kOn}) {
+    p.pack_gqa = mode;
+    expect_ok(p);
+  }
+  p.pack_gqa = static_cast<flash3::PackGqa>(3);
+  expect_error(p, Status::kInvalidArgument, "pack_gqa: expected auto (0), off (1) or on (2); got 3");
 }
 
 TEST(SplitKv, Heuristic) {
@@ -563,6 +605,25 @@ TEST(PackGqa, Factor) {
   EXPECT_EQ(pack_gqa_factor(100, 4, 128), 1);   // 4 either way
   EXPECT_EQ(pack_gqa_factor(1, 1, 128), 1);     // no GQA
   EXPECT_EQ(pack_gqa_factor(1, 7, 128), 7);     // any group size
+  using flash3::PackGqa;
+  EXPECT_EQ(pack_gqa_factor(128, 4, 128, PackGqa::kOn), 4);   // forced
+  EXPECT_EQ(pack_gqa_factor(1, 4, 128, PackGqa::kOff), 1);
+  EXPECT_EQ(pack_gqa_factor(1, 1, 128, PackGqa::kOn), 1);     // nothing to pack
+}
+
+TEST(PackGqa, ChoosesTheKernel) {
+  ForwardParams p = valid_params();
+  p.seqlen_q = 1;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  EXPECT_TRUE(flash3::host::uses_kv_cache_kernel(p, 1));  // auto packs decode
+  p.pack_gqa = flash3::PackGqa::kOff;
+  EXPECT_FALSE(flash3::host::uses_kv_cache_kernel(p, 1));
+  p.seqlen_q = 512;
+  p.pack_gqa = flash3::PackGqa::kAuto;
+  EXPECT_FALSE(flash3::host::uses_kv_cache_kernel(p, 1));
+  p.pack_gqa = flash3::PackGqa::kOn;
+  EXPECT_TRUE(flash3::host::uses_kv_cache_kernel(p, 1));
 }
 
 TEST(ValidateCombine, Rules) {

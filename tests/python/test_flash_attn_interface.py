@@ -62,8 +62,9 @@ def test_unimplemented_functions_say_so():
     with pytest.raises(flash3.Flash3Unsupported, match="get_scheduler_metadata"):
         fai.get_scheduler_metadata(1, 1, 1)
     q = torch.empty(1, 1, 2, 64, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(flash3.Flash3Unsupported, match="^cu_seqlens_q: varlen q"):
-        fai.flash_attn_with_kvcache(q, q, q, cu_seqlens_q=torch.empty(2, dtype=torch.int32))
+    with pytest.raises(flash3.Flash3Unsupported, match="cu_seqlens_k_new"):
+        fai.flash_attn_with_kvcache(q[0], q, q, cu_seqlens_q=torch.empty(2, dtype=torch.int32),
+                                    cu_seqlens_k_new=torch.empty(2, dtype=torch.int32))
     with pytest.raises(flash3.Flash3Unsupported, match="rotary_seqlens"):
         fai.flash_attn_with_kvcache(q, q, q, k=q, v=q, rotary_seqlens=q)
 

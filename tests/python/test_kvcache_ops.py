@@ -20,13 +20,15 @@ def test_op_schemas():
         "flash3::fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? cache_seqlens, "
         "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? page_table, "
         "float? softmax_scale, bool causal, SymInt window_left, SymInt window_right, "
-        "float softcap, Tensor? sinks, SymInt num_splits) -> (Tensor, Tensor)")
+        "float softcap, Tensor? sinks, SymInt num_splits, Tensor? cu_seqlens_q, "
+        "SymInt max_seqlen_q, SymInt pack_gqa) -> (Tensor, Tensor)")
     assert str(torch.ops.flash3.fwd_kvcache_append.default._schema) == (
         "flash3::fwd_kvcache_append(Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor k, "
         "Tensor v, Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, "
         "Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
         "Tensor? page_table, float? softmax_scale, bool causal, SymInt window_left, "
-        "SymInt window_right, float softcap, Tensor? sinks, SymInt num_splits) -> (Tensor, Tensor)")
+        "SymInt window_right, float softcap, Tensor? sinks, SymInt num_splits, SymInt pack_gqa) "
+        "-> (Tensor, Tensor)")
     assert str(torch.ops.flash3.combine.default._schema) == (
         "flash3::combine(Tensor out_partial, Tensor lse_partial, ScalarType out_dtype) "
         "-> (Tensor, Tensor)")
@@ -62,8 +64,36 @@ def test_checks_name_the_argument():
     with pytest.raises(flash3.Flash3InvalidArgument, match="rotary_cos, rotary_sin: rotary "
                        "embedding applies to appended keys"):
         flash3.flash_attn_with_kvcache(q, cache, cache, rotary_cos=q)
-    with pytest.raises(flash3.Flash3Unsupported, match="cu_seqlens_q: varlen q"):
-        flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=meta(3, dtype=torch.int32))
+    with pytest.raises(flash3.Flash3InvalidArgument, match="pack_gqa: expected None"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, pack_gqa=1)
+
+
+def test_varlen_q_checks_name_the_argument():
+    q = meta(5, 4, 64)  # (total_q, heads, dim)
+    cache = meta(2, 100, 2, 64)
+    cu = meta(3, dtype=torch.int32)
+    out, lse = flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=cu, max_seqlen_q=4,
+                                              return_lse=True)
+    assert out.shape == (5, 4, 64) and lse.shape == (4, 5)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="q: must be 3-d"):
+        flash3.flash_attn_with_kvcache(meta(2, 1, 4, 64), cache, cache, cu_seqlens_q=cu,
+                                       max_seqlen_q=1)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="max_seqlen_q: expected an int"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=cu)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="cu_seqlens_q: expected a contiguous int32"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=meta(3), max_seqlen_q=4)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="k_cache: batch must equal q's \\(3\\)"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=meta(4, dtype=torch.int32),
+                                       max_seqlen_q=4)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="cache_seqlens: expected a contiguous "
+                       "int32 tensor of shape \\(2,\\)"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=cu, max_seqlen_q=4,
+                                       cache_seqlens=meta(5, dtype=torch.int32))
+    with pytest.raises(flash3.Flash3Unsupported, match="k, v: appending to the cache takes "
+                       "fixed-length q"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=meta(2, 1, 2, 64), v=meta(2, 1, 2, 64),
+                                       cache_seqlens=meta(2, dtype=torch.int32), cu_seqlens_q=cu,
+                                       max_seqlen_q=4)
 
 
 def test_append_checks_name_the_argument():
@@ -124,3 +154,15 @@ def test_compile_fullgraph_append():
     table = meta(512, 64)
     out = decode(q, cache, cache.clone(), new, new, table, table, meta(2, dtype=torch.int32))
     assert out.shape == q.shape
+
+
+def test_compile_fullgraph_varlen_q():
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def verify(q, k_cache, v_cache, seqlens, cu):
+        return kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                               cu_seqlens_q=cu, max_seqlen_q=5, causal=True,
+                                               pack_gqa=True, return_lse=True)
+
+    q, cache = meta(9, 8, 128), meta(2, 512, 2, 128)
+    out, lse = verify(q, cache, cache, meta(2, dtype=torch.int32), meta(3, dtype=torch.int32))
+    assert out.shape == q.shape and lse.shape == (8, 9)
