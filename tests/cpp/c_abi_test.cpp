@@ -185,7 +185,7 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
                "params->struct_size: 568 bytes, with fields set beyond the 560 bytes this library "
-               "knows (ABI v8); upgrade flash3 or leave the newer fields zero");
+               "knows (ABI v9); upgrade flash3 or leave the newer fields zero");
 }
 
 TEST(CAbi, ValidationMessagesComeThrough) {
@@ -193,6 +193,11 @@ TEST(CAbi, ValidationMessagesComeThrough) {
   t.params.dtype = 5;
   EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(flash3_last_error(), "dtype: expected fp16 (0), bf16 (1) or e4m3 (2); got 5");
+
+  HostTensors pack;  // v9's field, in the place of v8's padding
+  pack.params.pack_gqa = 7;
+  EXPECT_EQ(flash3_fwd(&pack.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "pack_gqa: expected auto (0), off (1) or on (2); got 7");
 
   HostTensors u;
   u.params.head_dim = 80;
@@ -240,7 +245,7 @@ TEST(CAbi, LastErrorIsPerThread) {
 TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_version(), "0.1.0");
   EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
-  EXPECT_EQ(flash3_abi_version(), 8);
+  EXPECT_EQ(flash3_abi_version(), 9);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16|e4m3))* "

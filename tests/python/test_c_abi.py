@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 8
+    assert _lib.abi_version() == _lib.ABI_VERSION == 9
 
 
 def test_build_info_lists_configurations():
