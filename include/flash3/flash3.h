@@ -38,9 +38,9 @@ extern "C" {
  *     flash3_combine, FLASH3_DTYPE_FLOAT32 (combine's output only).
  * v8: append to the KV cache with rotary embedding (k_new, v_new, seqlen_new,
  *     rotary_*) in flash3_fwd_params.
- * v9: pack_gqa in flash3_fwd_params (was v8_padding, so the size is v8's and
- *     a zeroed v8 struct asks for the automatic choice); varlen q over a KV
- *     cache (cu_seqlens_q without cu_seqlens_k). */
+ * v9: pack_gqa in flash3_fwd_params (was v8_padding: a zeroed v8 struct asks
+ *     for the automatic choice); varlen q over a KV cache (cu_seqlens_q
+ *     without cu_seqlens_k); ALiBi (alibi_slopes) in both params structs. */
 #define FLASH3_ABI_VERSION 9
 
 typedef enum flash3_status {
@@ -177,6 +177,12 @@ typedef struct flash3_fwd_params {
   /* v9. PackGQA (the query heads of a KV head as the rows of one tile):
    * FLASH3_PACK_GQA_AUTO (0, where it needs fewer tiles), _OFF or _ON. */
   int32_t pack_gqa;
+  /* v9. Optional (NULL) ALiBi, FA2's alibi_slopes: fp32, the slope of (batch
+   * b, query head h) at alibi_slopes[b * alibi_slopes_batch_stride + h]
+   * (stride 0: per head); query i's logit for key j gains -slope * |i +
+   * seqlen_k - seqlen_q - j| (per sequence). 16-bit dtypes, no softcap. */
+  const float* alibi_slopes;
+  int64_t alibi_slopes_batch_stride;
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */
@@ -257,6 +263,9 @@ typedef struct flash3_bwd_params {
   const int32_t* seqused_k;
   int32_t total_q;
   int32_t total_k;
+  /* v9: the forward's ALiBi slopes, as in flash3_fwd_params. */
+  const float* alibi_slopes;
+  int64_t alibi_slopes_batch_stride;
 } flash3_bwd_params;
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);

@@ -170,6 +170,13 @@ struct ForwardParams {
   // fewer tiles; kOn packs whenever heads_q > heads_kv (16-bit, not with
   // varlen k); kOff never packs.
   PackGqa pack_gqa = PackGqa::kAuto;
+  // Optional ALiBi (FA2's alibi_slopes): fp32 device memory, the slope of
+  // (batch b, query head h) at alibi_slopes[b * alibi_slopes_batch_stride +
+  // h] (stride 0: one slope per head). Query i's logit for key j gains
+  // -slope * |i + seqlen_k - seqlen_q - j| (per sequence or cache entry),
+  // so lse includes it. 16-bit dtypes, not with softcap.
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_slopes_batch_stride = 0;
 };
 
 // Validates, then launches on `stream`. Never throws. On failure the message
@@ -244,6 +251,9 @@ struct BackwardParams {
   const int32_t* seqused_k = nullptr;
   int total_q = 0;
   int total_k = 0;
+  // The forward's ALiBi slopes, as in ForwardParams (no gradient for them).
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_slopes_batch_stride = 0;
 };
 
 // Bytes of device workspace backward() needs for these sizes (batch,

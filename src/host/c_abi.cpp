@@ -28,7 +28,9 @@ static_assert(offsetof(flash3_fwd_params, cu_seqlens_q) == kFwdParamsSizeV3);
 static_assert(offsetof(flash3_fwd_params, q_scale) == kFwdParamsSizeV4);
 static_assert(offsetof(flash3_fwd_params, kv_batch_idx) == kFwdParamsSizeV6);
 static_assert(offsetof(flash3_fwd_params, k_new) == kFwdParamsSizeV7);
-static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV8,
+constexpr uint64_t kFwdParamsSizeV9 = 576;
+static_assert(offsetof(flash3_fwd_params, alibi_slopes) == kFwdParamsSizeV8);
+static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV9,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kQuantizeParamsSizeV6 = sizeof(flash3_quantize_fp8_params);
@@ -41,7 +43,9 @@ constexpr uint64_t kBwdParamsSizeV5 = 464;
 static_assert(offsetof(flash3_bwd_params, window_left) == kBwdParamsSizeV1);
 static_assert(offsetof(flash3_bwd_params, sinks) == kBwdParamsSizeV2);
 static_assert(offsetof(flash3_bwd_params, cu_seqlens_q) == kBwdParamsSizeV4);
-static_assert(sizeof(flash3_bwd_params) == kBwdParamsSizeV5,
+constexpr uint64_t kBwdParamsSizeV9 = 480;
+static_assert(offsetof(flash3_bwd_params, alibi_slopes) == kBwdParamsSizeV5);
+static_assert(sizeof(flash3_bwd_params) == kBwdParamsSizeV9,
               "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
@@ -122,6 +126,8 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.rotary_interleaved = p.rotary_interleaved != 0;
   out.rotary_q_per_row = p.rotary_q_per_row != 0;
   out.pack_gqa = static_cast<flash3::PackGqa>(p.pack_gqa);  // unknown values are rejected by validation
+  out.alibi_slopes = p.alibi_slopes;
+  out.alibi_slopes_batch_stride = p.alibi_slopes_batch_stride;
   return out;
 }
 
@@ -199,6 +205,8 @@ flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
   out.seqused_q = p.seqused_q;
   out.seqused_k = p.seqused_k;
   out.total_q = p.total_q;
+  out.alibi_slopes = p.alibi_slopes;
+  out.alibi_slopes_batch_stride = p.alibi_slopes_batch_stride;
   out.total_k = p.total_k;
   return out;
 }

@@ -262,10 +262,11 @@ CheckResult check_append(const ForwardParams& p) {
   return {};
 }
 
-// What FP8 adds to the forward's rules: no softcap, no varlen, and scales.
+// What FP8 adds to the forward's rules: no softcap, ALiBi or varlen, and scales.
 CheckResult check_fp8(const ForwardParams& p) {
   if (p.softcap != 0.f)
     return unsupported(cat("softcap: not supported with dtype e4m3 (FP8); got ", p.softcap));
+  if (p.alibi_slopes != nullptr) return unsupported("alibi_slopes: not supported with dtype e4m3 (FP8)");
   if (p.cu_seqlens_q != nullptr)
     return unsupported("cu_seqlens_q: varlen is not supported with dtype e4m3 (FP8)");
   const struct {
@@ -455,8 +456,15 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
     const int bytes = fp8 && &t.tensor == &p.out ? 2 : dtype_bytes(p.dtype);
     if (CheckResult r = check_tensor(t.name, t.tensor, bytes); !r.ok()) return r;
   }
-  for (CheckResult r : {check_aligned_pointer("lse", p.lse), check_aligned_pointer("sinks", p.sinks)})
+  for (CheckResult r : {check_aligned_pointer("lse", p.lse), check_aligned_pointer("sinks", p.sinks),
+                        check_aligned_pointer("alibi_slopes", p.alibi_slopes)})
     if (!r.ok()) return r;
+  if (p.alibi_slopes_batch_stride < 0)
+    return invalid(cat("alibi_slopes_batch_stride must be >= 0 (0: one slope per head); got ",
+                       p.alibi_slopes_batch_stride));
+  // (The backward adds the bias to the capped scores it needs unbiased.)
+  if (p.alibi_slopes != nullptr && p.softcap != 0.f)
+    return unsupported(cat("alibi_slopes: not supported with softcap; got softcap ", p.softcap));
   if (fp8) return check_fp8(p);
   return {};
 }
@@ -487,6 +495,8 @@ ForwardParams forward_view(const BackwardParams& p) {
   f.seqused_k = p.seqused_k;
   f.total_q = p.total_q;
   f.total_k = p.total_k;
+  f.alibi_slopes = p.alibi_slopes;
+  f.alibi_slopes_batch_stride = p.alibi_slopes_batch_stride;
   return f;
 }
 

@@ -38,6 +38,10 @@ struct BwdKernelParams {
   // each (batch, head, key block)'s share of sum_j P_sink,j sum_i P_ij
   // (dP_ij - D_j) to ws.sink_partials (bwd_mainloop.cuh). Null otherwise.
   float const* sinks;
+  // ALiBi (flash3.hpp), or null: the slope of (b, h) is alibi_slopes[b *
+  // alibi_batch_stride + h].
+  float const* alibi_slopes;
+  int64_t alibi_batch_stride;
   // Varlen (Traits::kVarlen; null otherwise), as in FwdKernelParams: batch
   // sequences, seqlen_q / seqlen_k the longest; TMA sees the packed tensors
   // as one batch entry; the band is relative to each sequence.

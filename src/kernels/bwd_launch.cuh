@@ -55,6 +55,8 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
       p.deterministic,
       Traits::kBanded && p.deterministic ? ceil_div(p.seqlen_k, Traits::kBlockN) - 1 : 0,
       p.dsinks != nullptr ? p.sinks : nullptr,
+      p.alibi_slopes,
+      p.alibi_slopes_batch_stride,
       p.cu_seqlens_q,
       p.cu_seqlens_k,
       p.seqused_q,

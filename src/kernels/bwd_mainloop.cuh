@@ -167,6 +167,22 @@ struct BwdMainloop {
     }
   }
 
+  // ALiBi (without softcap: validated) on the transposed scores (rows are
+  // keys): score (key, query) gains -slope * |query + seqlen_k - seqlen_q -
+  // key|, `slope` in units of the raw scores, as the forward added it.
+  template <class Scores, class Coords>
+  CUTE_DEVICE static void add_alibi(Scores& scores_t, Coords const& coords, float slope, Mask const& mask,
+                                    int m_block, int n_block) {
+    int const diagonal = mask.seqlen_k - mask.seqlen_q + m_block * kBlockM - n_block * kBlockN;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(scores_t); ++i) {
+      int const key_minus_diagonal = int(get<0>(coords(i, 0))) - diagonal;
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(scores_t); ++j)
+        scores_t(i, j) = fmaf(-slope, float(abs(int(get<1>(coords(i, j))) - key_minus_diagonal)), scores_t(i, j));
+    }
+  }
+
   // Run by all consumer threads (`thread` = index among them) for query
   // blocks [m_begin, m_end) of `head`; accumulates into acc_dk / acc_dv.
   // `step` counts the query blocks this CTA has done (selects the dS buffer).
@@ -240,6 +256,10 @@ struct BwdMainloop {
       warpgroup_wait<1>();
       if (softcap) apply_softcap(scores, p.softcap_input_scale);
       Mask const mask = step_mask(p, smem, tile);
+      // (The slope is read each step: held across the loop it spilled.)
+      if (p.alibi_slopes != nullptr)
+        add_alibi(scores, coords, p.alibi_slopes[tile.batch * p.alibi_batch_stride + head] / p.softmax_scale,
+                  mask, m_block, tile.n_block);
       if (mask.needs_mask(m_block, tile.n_block))
         mask.apply_transposed(scores, coords, m_block, tile.n_block);
       warpgroup_wait<0>();

@@ -62,6 +62,12 @@ struct FwdKernelParams {
   float softcap_input_scale;
   float scale_log2;       // softmax_scale (or softcap) * log2(e)
   float const* sinks;     // (heads_q) logits joining each row's denominator, or null
+  // ALiBi (flash3.hpp), or null: the slope of (b, h) is alibi_slopes[b *
+  // alibi_batch_stride + h]; alibi_score_scale (1 / softmax_scale, or 1 /
+  // softcap) takes the logit bias into the units of the scores above.
+  float const* alibi_slopes;
+  int64_t alibi_batch_stride;
+  float alibi_score_scale;
   // Varlen (Traits::kVarlen; else null but for the KV cache's below): sequence b is rows
   // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the packed q and out (only the
   // first seqused_q[b] of them when given), keys likewise; batch is the

@@ -329,6 +329,26 @@ struct FwdMainloop {
     cutlass::arch::NamedBarrier::arrive(kAppendedThreads, uint32_t(FwdNamedBarrier::kAppended));
   }
 
+  // ALiBi: each score of key block n_block gains -slope * |query +
+  // seqlen_k - seqlen_q - key| (the tile's lengths), in the units of the
+  // scores, before the masks. A row's slope is its head's (PackGQA: heads
+  // differ by row).
+  template <class Scores, class Coords>
+  CUTE_DEVICE static void add_alibi(Params const& p, FwdTile const& tile, Mask const& mask,
+                                    Scores& scores, Coords const& coords, int n_block) {
+    int const diagonal_minus_block = mask.seqlen_k - mask.seqlen_q - n_block * Traits::kBlockN;
+    float const* const slopes = p.alibi_slopes + tile.batch * p.alibi_batch_stride;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(scores); ++i) {
+      QueryRow const query = query_row(p, tile, tile.m_block * Traits::kBlockM + get<0>(coords(i, 0)));
+      float const slope = slopes[query.head] * p.alibi_score_scale;
+      int const diagonal_col = query.row + diagonal_minus_block;  // the row's diagonal key, in the block
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(scores); ++j)
+        scores(i, j) = fmaf(-slope, float(abs(diagonal_col - int(get<1>(coords(i, j))))), scores(i, j));
+    }
+  }
+
   // q's rotary, in place in the warpgroup's rows of sQ (all stored): one
   // pass over its rotated chunks, each thread turning whole pairs (NeoX: a
   // chunk and its partner), so no thread reads what another writes. A rolled
@@ -500,6 +520,7 @@ struct FwdMainloop {
     auto mask_and_softmax = [&](auto idle, int n_block) {
       if constexpr (decltype(idle)::value) return decltype(softmax.step(scores, 0.f)){};
       if (p.softcap_input_scale != 0.f) apply_softcap(scores, p.softcap_input_scale);
+      if (p.alibi_slopes != nullptr) add_alibi(p, tile, mask, scores, coords, n_block);
       if (mask.needs_right_mask(tile.m_block, n_block))
         mask.apply_right(scores, coords, tile.m_block, n_block);
       if (mask.needs_left_mask(tile.m_block, n_block))
