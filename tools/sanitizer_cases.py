@@ -2,7 +2,7 @@
 (memcheck, racecheck, synccheck): tile tails in both sequence dims, GQA,
 the persistent forward grid with several tiles per CTA,
 causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
-(key blocks no query sees), softcap and sinks (with their gradient), every
+(key blocks no query sees), softcap, ALiBi and sinks (with their gradient), every
 head dim and dtype, the backward in both modes (atomic and deterministic dq);
 varlen forwards and backwards (both dq modes) with empty sequences and with
 cu_seqlens past the packed tensors (which the kernels must clamp), also for
@@ -140,12 +140,15 @@ def main():
             k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
             v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
             sinks = torch.randn(hq, device="cuda") if with_sinks else None
+            # ALiBi (per batch entry) where there is no softcap.
+            alibi = None if softcap else torch.rand(b, hq, device="cuda")
             out, lse = flash3.flash_attn_func(q, k, v, causal=causal, return_lse=True,
-                                              window_size=window, softcap=softcap, sinks=sinks)
+                                              window_size=window, softcap=softcap, sinks=sinks,
+                                              alibi_slopes=alibi)
             dout = torch.randn_like(out)
             for deterministic in (False, True):
                 torch.ops.flash3.bwd(dout, q, k, v, out, lse, None, causal, deterministic, *window,
-                                     softcap, sinks)
+                                     softcap, sinks, alibi)
             torch.cuda.synchronize()
             print(f"ok {dtype} b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} causal={causal} "
                   f"window={window} softcap={softcap} sinks={with_sinks}")

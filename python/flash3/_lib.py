@@ -141,6 +141,8 @@ class FwdParams(ctypes.Structure):
         ("rotary_interleaved", ctypes.c_int32),
         ("rotary_q_per_row", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_slopes_batch_stride", ctypes.c_int64),
     ]
 
     def __init__(self, **fields):
@@ -210,6 +212,8 @@ class BwdParams(ctypes.Structure):
         ("seqused_k", ctypes.c_void_p),
         ("total_q", ctypes.c_int32),
         ("total_k", ctypes.c_int32),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_slopes_batch_stride", ctypes.c_int64),
     ]
 
     def __init__(self, **fields):
@@ -264,12 +268,18 @@ _FWD_PACKER = struct.Struct(
 # rotary_q_per_row and pack_gqa.
 _FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ" + "P4q" * 2 + "2P" + "6i")
 
+# ALiBi's slopes pointer and batch stride, packed on every call at their offset.
+_FWD_ALIBI_PACKER = struct.Struct("@Pq")
+NO_ALIBI = (0, 0)
+
 
 def _check_packer_layout():
     # calcsize has no tail padding; everything before it must line up exactly.
     for packer, first, last in ((_FWD_PACKER, None, FwdParams.total_k),
                                 (_FWD_CACHE_PACKER, FwdParams.kv_batch_idx,
-                                 FwdParams.pack_gqa)):
+                                 FwdParams.pack_gqa),
+                                (_FWD_ALIBI_PACKER, FwdParams.alibi_slopes,
+                                 FwdParams.alibi_slopes_batch_stride)):
         start = 0 if first is None else first.offset
         if packer.size != last.offset + last.size - start:
             raise ImportError(
@@ -451,12 +461,13 @@ class FwdLauncher:
             cached = self._local.params = (params, ctypes.addressof(params))
         return cached
 
-    def _pack(self, fields, cache):
+    def _pack(self, fields, cache, alibi):
         params, address = self._params()
         try:
             _FWD_PACKER.pack_into(params, 0, self._size, *fields)
             if self._with_cache:
                 _FWD_CACHE_PACKER.pack_into(params, FwdParams.kv_batch_idx.offset, *cache)
+            _FWD_ALIBI_PACKER.pack_into(params, FwdParams.alibi_slopes.offset, *alibi)
         except struct.error as e:
             # A size or stride that does not fit the ABI's int32/int64 fields.
             raise Flash3InvalidArgument(
@@ -467,17 +478,18 @@ class FwdLauncher:
             ) from None
         return address
 
-    def __call__(self, stream, fields, cache=()):
+    def __call__(self, stream, fields, cache=(), alibi=NO_ALIBI):
         """`fields`: the values of FwdParams after struct_size, in order, with
         each tensor flattened to (data, stride0, stride1, stride2, stride3)
         and lse, sinks and varlen's arrays as addresses (0 for NULL); `cache`
-        (with_cache only): the fields from kv_batch_idx on, the padding left out."""
-        status = self._fwd(self._pack(fields, cache), stream)
+        (with_cache only): the fields from kv_batch_idx to pack_gqa, the
+        padding left out; `alibi`: (alibi_slopes address, its batch stride)."""
+        status = self._fwd(self._pack(fields, cache, alibi), stream)
         if status:
             raise_for_status(status)
 
-    def workspace_size(self, fields, cache=()):
+    def workspace_size(self, fields, cache=(), alibi=NO_ALIBI):
         """flash3_fwd_workspace_size of the same fields (workspace ignored)."""
         size = ctypes.c_uint64(0)
-        raise_for_status(self._workspace_size(self._pack(fields, cache), ctypes.byref(size)))
+        raise_for_status(self._workspace_size(self._pack(fields, cache, alibi), ctypes.byref(size)))
         return size.value

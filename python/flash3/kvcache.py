@@ -23,7 +23,8 @@ import torch
 
 from . import _lib
 from .ops import (_ABI_DTYPE, _CONTIGUOUS, _abi_scale, _abi_window, _can_skip_dispatcher,
-                  _check_sinks, _fwd_fields, _on_device, _raw_stream, _sinks_as_fp32)
+                  _check_alibi, _check_sinks, _fwd_fields, _on_device, _raw_stream,
+                  _sinks_as_fp32)
 
 _INT32 = torch.int32
 _FLOAT32 = torch.float32
@@ -69,7 +70,8 @@ def _check_cu_seqlens_q(cu_seqlens_q, max_seqlen_q, q):
         raise _invalid(f"cu_seqlens_q: expected a contiguous int32 tensor (batch + 1,); got "
                        f"{cu_seqlens_q.dtype} {tuple(cu_seqlens_q.shape)}")
     if cu_seqlens_q.device != q.device:
-        raise _invalid(f"cu_seqlens_q: must be on q's device ({q.device}); got {cu_seqlens_q.device}")
+        raise _invalid(f"cu_seqlens_q: must be on q's device ({q.device}); got "
+                       f"{cu_seqlens_q.device}")
     _check_max_seqlen_q(max_seqlen_q)
     return cu_seqlens_q.shape[0] - 1
 
@@ -211,7 +213,7 @@ def _kvcache_ok(q, k_cache, v_cache, page_table):
 
 def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, page_table,
                  softmax_scale, causal, window_left, window_right, softcap, sinks, num_splits,
-                 want_lse=True, append=None, varlen_q=None, pack_gqa=0):
+                 want_lse=True, append=None, varlen_q=None, pack_gqa=0, alibi_slopes=None):
     """The eager implementation: check, allocate out (and lse unless
     want_lse is false), size and allocate the split workspace, launch.
     append: (k, v, rotary_cos, rotary_sin, rotary_interleaved) or None;
@@ -241,6 +243,7 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
     else:
         seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                   cache_leftpad, page_table, sinks, need_cuda=True)
+    alibi = _check_alibi(alibi_slopes, _batch(q, varlen_q), q)
     if _launcher is None:
         _launcher = _lib.FwdLauncher(with_cache=True)
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
@@ -262,14 +265,14 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
            num_splits, pack_gqa)
     workspace_bytes = _workspace_bytes.get(key)
     if workspace_bytes is None:
-        workspace_bytes = _launcher.workspace_size(fields, cache)
+        workspace_bytes = _launcher.workspace_size(fields, cache, alibi)
         if len(_workspace_bytes) >= _MAX_WORKSPACE_ENTRIES:
             _workspace_bytes.clear()
         _workspace_bytes[key] = workspace_bytes
     if workspace_bytes:
         workspace = q.new_empty((workspace_bytes,), dtype=torch.uint8)
         cache[7:9] = workspace.data_ptr(), workspace_bytes
-    _on_device(device, lambda stream: _launcher(stream, fields, cache))
+    _on_device(device, lambda stream: _launcher(stream, fields, cache, alibi))
     return out, lse
 
 
@@ -280,28 +283,35 @@ def _fwd_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     softmax_scale: Optional[float], causal: bool, window_left: int,
                     window_right: int, softcap: float, sinks: Optional[torch.Tensor],
                     num_splits: int, cu_seqlens_q: Optional[torch.Tensor], max_seqlen_q: int,
-                    pack_gqa: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    pack_gqa: int, alibi_slopes: Optional[torch.Tensor]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of q over the cache: (out like q, lse (b, hq, sq) fp32, or
     with cu_seqlens_q (hq, total_q))."""
     return _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                         page_table, softmax_scale, causal, window_left, window_right, softcap,
                         sinks, num_splits, varlen_q=_varlen_q(cu_seqlens_q, max_seqlen_q),
-                        pack_gqa=pack_gqa)
+                        pack_gqa=pack_gqa, alibi_slopes=alibi_slopes)
 
 
 @_fwd_kvcache_op.register_fake
 def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                       page_table, softmax_scale, causal, window_left, window_right, softcap,
-                      sinks, num_splits, cu_seqlens_q=None, max_seqlen_q=0, pack_gqa=0):
+                      sinks, num_splits, cu_seqlens_q=None, max_seqlen_q=0, pack_gqa=0,
+                      alibi_slopes=None):
+    varlen_q = _varlen_q(cu_seqlens_q, max_seqlen_q)
     _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
-                   page_table, sinks, need_cuda=False,
-                   varlen_q=_varlen_q(cu_seqlens_q, max_seqlen_q))
+                   page_table, sinks, need_cuda=False, varlen_q=varlen_q)
+    _check_alibi(alibi_slopes, _batch(q, varlen_q), q)
     _abi_scale(softmax_scale)
     return _empty_outputs(q)
 
 
 def _varlen_q(cu_seqlens_q, max_seqlen_q):
     return None if cu_seqlens_q is None else (cu_seqlens_q, max_seqlen_q)
+
+
+def _batch(q, varlen_q):
+    return q.shape[0] if varlen_q is None else varlen_q[0].shape[0] - 1
 
 
 @torch.library.custom_op("flash3::fwd_kvcache_append", mutates_args=("k_cache", "v_cache"))
@@ -313,22 +323,25 @@ def _fwd_kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_leftpad: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
                            softmax_scale: Optional[float], causal: bool, window_left: int,
                            window_right: int, softcap: float, sinks: Optional[torch.Tensor],
-                           num_splits: int, pack_gqa: int) -> tuple[torch.Tensor, torch.Tensor]:
+                           num_splits: int, pack_gqa: int, alibi_slopes: Optional[torch.Tensor]
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """k, v appended to the caches (in place), then attention of q over them."""
     return _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                         page_table, softmax_scale, causal, window_left, window_right, softcap,
                         sinks, num_splits, append=(k, v, rotary_cos, rotary_sin,
-                                                   rotary_interleaved), pack_gqa=pack_gqa)
+                                                   rotary_interleaved), pack_gqa=pack_gqa,
+                        alibi_slopes=alibi_slopes)
 
 
 @_fwd_kvcache_append_op.register_fake
 def _fwd_kvcache_append_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
                              rotary_interleaved, cache_seqlens, cache_batch_idx, cache_leftpad,
                              page_table, softmax_scale, causal, window_left, window_right,
-                             softcap, sinks, num_splits, pack_gqa):
+                             softcap, sinks, num_splits, pack_gqa, alibi_slopes):
     outputs = _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                 cache_leftpad, page_table, softmax_scale, causal, window_left,
-                                window_right, softcap, sinks, num_splits)
+                                window_right, softcap, sinks, num_splits,
+                                alibi_slopes=alibi_slopes)
     _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens)
     return outputs
 
@@ -350,7 +363,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             max_seqlen_q=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
                             num_splits=0, pack_gqa=None, return_softmax_lse=False, sinks=None,
-                            return_lse=None):
+                            return_lse=None, alibi_slopes=None):
     """Attention of q (batch, seqlen_q, heads_q, head_dim) over a KV cache,
     or with cu_seqlens_q ((batch + 1,) int32) of q (total_q, heads_q,
     head_dim) packed as for flash_attn_varlen_func (sequence b is rows
@@ -378,6 +391,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     num_splits: split-KV; 0 chooses (more splits when batch x heads is small),
     1 none. pack_gqa: the query heads of a KV head as the rows of one tile;
     None chooses (where it takes fewer tiles), True or False forces it.
+    alibi_slopes: ALiBi as in flash_attn_func, distances from the end of
+    each entry's keys.
     Returns out (like q), or (out, lse) with lse (batch, heads_q, seqlen_q)
     fp32 ((heads_q, total_q) with cu_seqlens_q) when return_softmax_lse
     (FA3's name) or return_lse.
@@ -403,28 +418,34 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         _check_max_seqlen_q(max_seqlen_q)
         varlen_q = (cu_seqlens_q, max_seqlen_q)
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
-                t is None or type(t) is torch.Tensor for t in args[3:7] + args[12:13] + varlen_q[:1]):
-            out, lse = _fwd_kvcache(*args, want_lse=want_lse, varlen_q=varlen_q, pack_gqa=pack)
+                t is None or type(t) is torch.Tensor
+            for t in args[3:7] + args[12:13] + varlen_q[:1] + (alibi_slopes,)):
+            out, lse = _fwd_kvcache(*args, want_lse=want_lse, varlen_q=varlen_q, pack_gqa=pack,
+                                    alibi_slopes=alibi_slopes)
         else:
-            out, lse = _fwd_kvcache_op(*args, cu_seqlens_q, max_seqlen_q, pack)
+            out, lse = _fwd_kvcache_op(*args, cu_seqlens_q, max_seqlen_q, pack, alibi_slopes)
         return (out, lse) if want_lse else out
     if appends:
         appended = (k, v, rotary_cos, rotary_sin, bool(rotary_interleaved))
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
-                t is None or type(t) is torch.Tensor for t in args[3:7] + args[12:13] + appended[:4]):
-            out, lse = _fwd_kvcache(*args, want_lse=want_lse, append=appended, pack_gqa=pack)
+                t is None or type(t) is torch.Tensor
+                for t in args[3:7] + args[12:13] + appended[:4] + (alibi_slopes,)):
+            out, lse = _fwd_kvcache(*args, want_lse=want_lse, append=appended, pack_gqa=pack,
+                                    alibi_slopes=alibi_slopes)
         elif k is None or v is None:
             _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, args[3])  # raises
         else:
-            out, lse = _fwd_kvcache_append_op(q, k_cache, v_cache, *appended, *args[3:], pack)
+            out, lse = _fwd_kvcache_append_op(q, k_cache, v_cache, *appended, *args[3:], pack,
+                                              alibi_slopes)
         return (out, lse) if want_lse else out
     # The custom op costs ~15-20 us of host time; decode steps are short
     # enough that it would show. Skipped only where nothing could intercept it.
     if _can_skip_dispatcher(q, k_cache, v_cache) and all(
-            t is None or type(t) is torch.Tensor for t in (args[3:7] + args[12:13])):
-        out, lse = _fwd_kvcache(*args, want_lse=want_lse, pack_gqa=pack)
+            t is None or type(t) is torch.Tensor
+            for t in (args[3:7] + args[12:13] + (alibi_slopes,))):
+        out, lse = _fwd_kvcache(*args, want_lse=want_lse, pack_gqa=pack, alibi_slopes=alibi_slopes)
     else:
-        out, lse = _fwd_kvcache_op(*args, None, 0, pack)
+        out, lse = _fwd_kvcache_op(*args, None, 0, pack, alibi_slopes)
     return (out, lse) if want_lse else out
 
 

@@ -86,6 +86,24 @@ def _check_sinks(sinks, q):
         raise _invalid(f"sinks: must be on q's device ({q.device}); got {sinks.device}")
 
 
+def _check_alibi(alibi_slopes, batch, q):
+    """FA2's alibi_slopes: (heads_q,) or (batch, heads_q) fp32 on q's device,
+    heads contiguous. Returns the ABI's (address, batch stride)."""
+    if alibi_slopes is None:
+        return _lib.NO_ALIBI
+    heads_q = q.shape[-2]
+    t = alibi_slopes
+    if (not isinstance(t, torch.Tensor) or t.dtype != _FLOAT32
+            or tuple(t.shape) not in ((heads_q,), (batch, heads_q))
+            or (t.numel() and t.stride(-1) != 1)):
+        got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise _invalid(f"alibi_slopes: expected a float32 tensor ({heads_q},) or ({batch}, "
+                       f"{heads_q}) with heads contiguous; got {got}")
+    if t.device != q.device:
+        raise _invalid(f"alibi_slopes: must be on q's device ({q.device}); got {t.device}")
+    return t.data_ptr(), t.stride(0) if t.dim() == 2 else 0
+
+
 def _sinks_as_fp32(sinks):
     # Sinks are often kept in the model's dtype; the kernels read fp32.
     if sinks is None:
@@ -196,34 +214,37 @@ def _on_device(device, launch):
 
 
 def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_right=-1,
-            softcap=0.0, sinks=None, varlen=None):
+            softcap=0.0, sinks=None, varlen=None, alibi=_lib.NO_ALIBI):
     """flash3_fwd into caller-provided out/lse (lse may be None), on the
     current stream of q's device. The op below uses it; tests call it
     directly with NaN-poisoned buffers. varlen: None, or (cu_seqlens_q,
     cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k) with q,
-    k, v, out packed (total, heads, head_dim) (varlen.py checks them)."""
+    k, v, out packed (total, heads, head_dim) (varlen.py checks them).
+    alibi: _check_alibi's (address, batch stride)."""
     global _launcher
     if _launcher is None:
         _launcher = _lib.FwdLauncher()
     fields = _fwd_fields(q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
                          softcap, sinks, varlen)
-    _on_device(q.get_device(), lambda stream: _launcher(stream, fields))
+    _on_device(q.get_device(), lambda stream: _launcher(stream, fields, (), alibi))
 
 
 def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks=None,
-             want_lse=True):
+             want_lse=True, alibi_slopes=None):
     """The eager implementation: check, allocate out (and lse unless
     want_lse is false: then lse is None and the kernel skips it), launch."""
     if not _inputs_ok(q, k, v):
         _check_inputs(q, k, v, need_cuda=True)  # raises with the precise message
     _check_sinks(sinks, q)
+    alibi = _check_alibi(alibi_slopes, q.shape[0], q)
     # empty_like and new_empty parse fewer arguments than torch.empty (~3 us less).
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
     lse = None
     if want_lse:
         batch, seqlen_q, num_heads_q, _ = q.shape
         lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
-    _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, sinks)
+    _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, sinks,
+            alibi=alibi)
     return out, lse
 
 
@@ -239,19 +260,22 @@ def fwd(
     window_right: int = -1,
     softcap: float = 0.0,
     sinks: Optional[torch.Tensor] = None,
+    alibi_slopes: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward. q (b, sq, hq, d); k, v (b, sk, hkv, d); sinks
-    (hq,) fp32 or None. Returns out (b, sq, hq, d) contiguous in q's dtype
-    and lse (b, hq, sq) fp32. `deterministic` only affects the backward
-    (bitwise-reproducible dq)."""
-    return _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks)
+    (hq,) fp32 or None; alibi_slopes (hq,) or (b, hq) fp32 or None. Returns
+    out (b, sq, hq, d) contiguous in q's dtype and lse (b, hq, sq) fp32.
+    `deterministic` only affects the backward (bitwise-reproducible dq)."""
+    return _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks,
+                    alibi_slopes=alibi_slopes)
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-1,
-              window_right=-1, softcap=0.0, sinks=None):
+              window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
     _check_inputs(q, k, v, need_cuda=False)
     _check_sinks(sinks, q)
+    _check_alibi(alibi_slopes, q.shape[0], q)
     _abi_scale(softmax_scale)
     batch, seqlen_q, num_heads_q, _ = q.shape
     out = q.new_empty(q.shape)
@@ -295,7 +319,8 @@ def _empty_dsinks(q, sinks):
 
 
 def _launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, causal,
-                deterministic, window_left, window_right, softcap, sinks, varlen=None):
+                deterministic, window_left, window_right, softcap, sinks, varlen=None,
+                alibi=_lib.NO_ALIBI):
     """flash3_bwd into caller-provided gradients (dsinks: with sinks) and a
     fresh workspace, on the current stream of q's device. varlen as in
     _launch (varlen.py checks it)."""
@@ -319,7 +344,8 @@ def _launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, caus
         deterministic=1 if deterministic else 0, lse=lse.data_ptr(),
         window_left=window_left, window_right=window_right, softcap=float(softcap),
         sinks=None if sinks is None else sinks.data_ptr(),
-        dsinks=None if sinks is None else dsinks.data_ptr(), **varlen_fields)
+        dsinks=None if sinks is None else dsinks.data_ptr(), alibi_slopes=alibi[0] or None,
+        alibi_slopes_batch_stride=alibi[1], **varlen_fields)
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
                     ("dq", dq), ("dk", dk), ("dv", dv)):
         field = getattr(params, name)
@@ -335,19 +361,20 @@ def _launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, caus
 
 
 def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-              window_right, softcap, sinks):
+              window_right, softcap, sinks, alibi_slopes=None):
     """The eager implementation of flash3::bwd: allocate dq, dk, dv (and
     dsinks with sinks), launch. (dq, dk, dv need nothing of the sinks: the
     forward's lse holds them.)"""
     _check_inputs(q, k, v, need_cuda=True)
     _check_bwd_inputs(dout, q, out, lse)
     _check_sinks(sinks, q)
+    alibi = _check_alibi(alibi_slopes, q.shape[0], q)
     dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
     dk = torch.empty_like(k, memory_format=_CONTIGUOUS)
     dv = torch.empty_like(v, memory_format=_CONTIGUOUS)
     dsinks = _empty_dsinks(q, sinks)
     _launch_bwd(_dense(dout), q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, causal,
-                deterministic, window_left, window_right, softcap, sinks)
+                deterministic, window_left, window_right, softcap, sinks, alibi=alibi)
     return dq, dk, dv, dsinks
 
 
@@ -366,20 +393,22 @@ def bwd(
     window_right: int = -1,
     softcap: float = 0.0,
     sinks: Optional[torch.Tensor] = None,
+    alibi_slopes: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention backward: (dq, dk, dv, dsinks) for the forward that gave
     out, lse. With GQA, dk and dv are summed over the query heads of each KV
     head. dsinks: (hq,) fp32 with sinks, else an empty tensor."""
     return _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left,
-                     window_right, softcap, sinks)
+                     window_right, softcap, sinks, alibi_slopes)
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left=-1,
-              window_right=-1, softcap=0.0, sinks=None):
+              window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
     _check_inputs(q, k, v, need_cuda=False)
     _check_bwd_inputs(dout, q, out, lse)
     _check_sinks(sinks, q)
+    _check_alibi(alibi_slopes, q.shape[0], q)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
             torch.empty_like(k, memory_format=_CONTIGUOUS),
             torch.empty_like(v, memory_format=_CONTIGUOUS),
@@ -387,9 +416,10 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, win
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap, sinks = inputs
+    (q, k, v, softmax_scale, causal, deterministic, window_left, window_right, softcap, sinks,
+     alibi_slopes) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, sinks)
+    ctx.save_for_backward(q, k, v, out, lse, sinks, alibi_slopes)
     # dq, dk, dv need nothing of the sinks (lse holds them): frozen sinks skip
     # dsinks' cost in the backward (docs/performance.md: 4-8 %).
     ctx.sinks_need_grad = sinks is not None and sinks.requires_grad
@@ -403,12 +433,13 @@ def _fwd_setup_context(ctx, inputs, output):
 
 
 def _fwd_backward(ctx, dout, _dlse):
-    q, k, v, out, lse, sinks = ctx.saved_tensors
+    q, k, v, out, lse, sinks, alibi_slopes = ctx.saved_tensors
     sinks = sinks if ctx.sinks_need_grad else None
     dq, dk, dv, dsinks = torch.ops.flash3.bwd.default(
         dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic, *ctx.mask,
-        sinks)
-    return dq, dk, dv, None, None, None, None, None, None, None if sinks is None else dsinks
+        sinks, alibi_slopes)
+    # (No gradient for the ALiBi slopes, as in FA2.)
+    return dq, dk, dv, None, None, None, None, None, None, None if sinks is None else dsinks, None
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
@@ -459,7 +490,8 @@ def _can_skip_dispatcher(q, k, v):
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
-                    deterministic=False, window_size=(-1, -1), softcap=0.0, sinks=None):
+                    deterministic=False, window_size=(-1, -1), softcap=0.0, sinks=None,
+                    alibi_slopes=None):
     """Exact attention softmax(q k^T * scale) v.
 
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv,
@@ -480,6 +512,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     row's softmax denominator: out_i = sum_j exp(s_ij) v_j / (sum_j exp(s_ij)
     + exp(sinks[h])). lse includes them; differentiable (the gradient comes
     back in the sinks' dtype).
+    alibi_slopes: optional ALiBi (FA2's argument), fp32 (heads_q,) or (batch,
+    heads_q): query i's logit for key j gains -slope * |i + seqlen_k -
+    seqlen_q - j|; not with softcap; no gradient for the slopes.
     Returns out (contiguous, q's dtype), or (out, lse) with lse (batch,
     heads_q, seqlen_q) fp32 natural log when return_lse is true.
     Differentiable in q, k, v and sinks (lse is not); deterministic=True
@@ -489,12 +524,13 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     window_left, window_right = (-1, -1) if window_size == (-1, -1) else _abi_window(window_size)
     softcap = float(softcap)
     sinks = _sinks_as_fp32(sinks)
-    if _can_skip_dispatcher(q, k, v) and (sinks is None or (
+    plain_alibi = alibi_slopes is None or type(alibi_slopes) is _Tensor
+    if _can_skip_dispatcher(q, k, v) and plain_alibi and (sinks is None or (
             type(sinks) is _Tensor and not (torch.is_grad_enabled() and sinks.requires_grad))):
         # No autograd here (_can_skip_dispatcher), so the LSE is needed only if returned.
         out, lse = _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
-                            sinks, want_lse=return_lse)
+                            sinks, want_lse=return_lse, alibi_slopes=alibi_slopes)
     else:
         out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic), window_left,
-                           window_right, softcap, sinks)
+                           window_right, softcap, sinks, alibi_slopes)
     return (out, lse) if return_lse else out

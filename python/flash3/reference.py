@@ -61,13 +61,16 @@ def _repeat_kv(x, num_heads_q):
 
 
 def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
-                  compute_dtype=torch.float32, window_size=(-1, -1), softcap=0.0, sinks=None):
+                  compute_dtype=torch.float32, window_size=(-1, -1), softcap=0.0, sinks=None,
+                  alibi_slopes=None):
     """Reference attention. Returns (out, lse).
     Scores s = softmax_scale * q.k; softcap > 0 replaces them by softcap *
     tanh(s / softcap); then causal and window_size mask them (visible_mask).
     sinks: optional (hq,) logits, one per query head, that join every row's
     softmax as one more score with a zero value vector (gpt-oss): the lse
     includes them, the output is the attention over the keys alone.
+    alibi_slopes: optional (hq,) or (b, hq) slopes; score (i, j) gains
+    -slope * |i + sk - sq - j| after softcap (FA2's ALiBi).
 
     q: (b, sq, hq, d); k, v: (b, sk, hkv, d) with hq % hkv == 0.
     upcast=True: computed in `compute_dtype` (float32, or float64 where
@@ -94,6 +97,12 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, upcast=True,
         scores = torch.matmul(qh, kh.transpose(-2, -1)) * softmax_scale
         if softcap > 0:
             scores = torch.tanh(scores / softcap) * softcap
+        if alibi_slopes is not None:
+            slopes = alibi_slopes.to(dtype).reshape(-1, num_heads_q, 1, 1)
+            rows = torch.arange(seqlen_q, device=q.device).view(-1, 1)
+            cols = torch.arange(seqlen_k, device=q.device).view(1, -1)
+            distance = (rows + seqlen_k - seqlen_q - cols).abs().to(dtype)
+            scores = scores - slopes * distance
         if causal or tuple(window_size) != (-1, -1):
             visible = visible_mask(seqlen_q, seqlen_k, q.device, causal, window_size)
             scores = scores.masked_fill(~visible, float("-inf"))

@@ -17,8 +17,8 @@ import torch
 
 from . import _lib
 from .ops import (_ABI_DTYPE, _CONTIGUOUS, _FLOAT32, _Tensor, _abi_scale, _abi_window,
-                  _can_skip_dispatcher, _check_bwd_inputs, _check_sinks, _dense, _empty_dsinks,
-                  _invalid, _launch, _launch_bwd, _sinks_as_fp32)
+                  _can_skip_dispatcher, _check_alibi, _check_bwd_inputs, _check_sinks, _dense,
+                  _empty_dsinks, _invalid, _launch, _launch_bwd, _sinks_as_fp32)
 
 _INT32 = torch.int32
 
@@ -78,16 +78,17 @@ def _describe(t):
 
 def _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     softmax_scale, causal, window_left, window_right, softcap, sinks, seqused_q,
-                    seqused_k, want_lse=True):
+                    seqused_k, want_lse=True, alibi_slopes=None):
     """The eager implementation; want_lse false: lse is None (the kernel skips it)."""
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=True)
     _check_sinks(sinks, q[None])
+    alibi = _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32) if want_lse else None
     _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, sinks,
             varlen=(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q,
-                    max_seqlen_k))
+                    max_seqlen_k), alibi=alibi)
     return out, lse
 
 
@@ -109,6 +110,7 @@ def fwd_varlen(
     seqused_q: Optional[torch.Tensor] = None,
     seqused_k: Optional[torch.Tensor] = None,
     deterministic: bool = False,
+    alibi_slopes: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Varlen attention forward. q (total_q, hq, d); k, v (total_k, hkv, d);
     cu_seqlens (batch + 1,) int32. Returns out (total_q, hq, d) contiguous in
@@ -116,27 +118,30 @@ def fwd_varlen(
     fp32. `deterministic` only affects the backward."""
     return _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale, causal, window_left, window_right, softcap, sinks,
-                           seqused_q, seqused_k)
+                           seqused_q, seqused_k, alibi_slopes=alibi_slopes)
 
 
 @fwd_varlen.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, window_left=-1, window_right=-1, softcap=0.0,
-                     sinks=None, seqused_q=None, seqused_k=None, deterministic=False):
+                     sinks=None, seqused_q=None, seqused_k=None, deterministic=False,
+                     alibi_slopes=None):
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=False)
     _check_sinks(sinks, q[None])
+    _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     _abi_scale(softmax_scale)
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32)
 
 
 def _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, softmax_scale, causal, deterministic, window_left,
-                     window_right, softcap, sinks, seqused_q, seqused_k):
+                     window_right, softcap, sinks, seqused_q, seqused_k, alibi_slopes=None):
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=True)
     _check_bwd_inputs(dout, q, out, lse, varlen=True)
     _check_sinks(sinks, q[None])
+    alibi = _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     # Rows in no sequence get no gradient from the kernels: zeros, not garbage.
     dq = torch.zeros_like(q, memory_format=_CONTIGUOUS)
     dk = torch.zeros_like(k, memory_format=_CONTIGUOUS)
@@ -145,7 +150,7 @@ def _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
     _launch_bwd(_dense(dout), q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, causal,
                 deterministic, window_left, window_right, softcap, sinks,
                 varlen=(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q,
-                        max_seqlen_k))
+                        max_seqlen_k), alibi=alibi)
     return dq, dk, dv, dsinks
 
 
@@ -170,23 +175,26 @@ def bwd_varlen(
     sinks: Optional[torch.Tensor] = None,
     seqused_q: Optional[torch.Tensor] = None,
     seqused_k: Optional[torch.Tensor] = None,
+    alibi_slopes: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Varlen attention backward: (dq, dk, dv, dsinks) for the forward that
     gave out, lse, packed like q, k, v (rows in no sequence are zero).
     dsinks: (hq,) fp32 with sinks, else an empty tensor."""
     return _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                             max_seqlen_k, softmax_scale, causal, deterministic, window_left,
-                            window_right, softcap, sinks, seqused_q, seqused_k)
+                            window_right, softcap, sinks, seqused_q, seqused_k, alibi_slopes)
 
 
 @bwd_varlen.register_fake
 def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, softmax_scale, causal, deterministic, window_left=-1,
-                     window_right=-1, softcap=0.0, sinks=None, seqused_q=None, seqused_k=None):
+                     window_right=-1, softcap=0.0, sinks=None, seqused_q=None, seqused_k=None,
+                     alibi_slopes=None):
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=False)
     _check_bwd_inputs(dout, q, out, lse, varlen=True)
     _check_sinks(sinks, q[None])
+    _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
             torch.empty_like(k, memory_format=_CONTIGUOUS),
             torch.empty_like(v, memory_format=_CONTIGUOUS),
@@ -195,10 +203,11 @@ def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
 
 def _fwd_varlen_setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-     window_left, window_right, softcap, sinks, seqused_q, seqused_k, deterministic) = inputs
+     window_left, window_right, softcap, sinks, seqused_q, seqused_k, deterministic,
+     alibi_slopes) = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks, seqused_q,
-                          seqused_k)
+                          seqused_k, alibi_slopes)
     ctx.sinks_need_grad = sinks is not None and sinks.requires_grad  # as in ops.py
     ctx.lengths = (max_seqlen_q, max_seqlen_k)
     ctx.options = (softmax_scale, causal, deterministic, window_left, window_right, softcap)
@@ -206,12 +215,13 @@ def _fwd_varlen_setup_context(ctx, inputs, output):
 
 
 def _fwd_varlen_backward(ctx, dout, _dlse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks, seqused_q, seqused_k = ctx.saved_tensors
+    (q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, sinks, seqused_q, seqused_k,
+     alibi_slopes) = ctx.saved_tensors
     sinks = sinks if ctx.sinks_need_grad else None
     dq, dk, dv, dsinks = torch.ops.flash3.bwd_varlen.default(
         dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.lengths, *ctx.options, sinks,
-        seqused_q, seqused_k)
-    return (dq, dk, dv) + (None,) * 9 + (None if sinks is None else dsinks,) + (None,) * 3
+        seqused_q, seqused_k, alibi_slopes)
+    return (dq, dk, dv) + (None,) * 9 + (None if sinks is None else dsinks,) + (None,) * 4
 
 
 fwd_varlen.register_autograd(_fwd_varlen_backward, setup_context=_fwd_varlen_setup_context)
@@ -221,7 +231,7 @@ _fwd_varlen_op = torch.ops.flash3.fwd_varlen.default
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                            sinks=None, seqused_q=None, seqused_k=None, return_lse=False,
-                           deterministic=False):
+                           deterministic=False, alibi_slopes=None):
     """Exact attention over a batch of packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim),
@@ -232,8 +242,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     then that many rows from cu_seqlens[b]. max_seqlen_q / max_seqlen_k: the
     longest lengths (ints; max_seqlen_q sizes the launch, so it must not be
     below any sequence's length).
-    softmax_scale, causal, window_size, softcap, sinks: as in flash_attn_func,
-    with masks aligned to each sequence's own bottom-right corner.
+    softmax_scale, causal, window_size, softcap, sinks, alibi_slopes ((heads_q,)
+    or (batch, heads_q)): as in flash_attn_func, with masks and ALiBi's
+    distances aligned to each sequence's own bottom-right corner.
     Returns out (total_q, heads_q, head_dim), or (out, lse) with lse
     (heads_q, total_q) fp32 when return_lse is true. Rows that belong to no
     sequence are left unwritten. Differentiable in q, k, v and sinks as
@@ -247,11 +258,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             bool(causal), window_left, window_right, float(softcap), sinks, seqused_q, seqused_k)
     if _can_skip_dispatcher(q, k, v) and all(
             t is None or type(t) is _Tensor for t in (cu_seqlens_q, cu_seqlens_k, sinks,
-                                                      seqused_q, seqused_k)) and not (
+                                                      seqused_q, seqused_k, alibi_slopes)) and not (
             sinks is not None and torch.is_grad_enabled() and sinks.requires_grad):
         # As in flash_attn_func: the op's dispatch costs more host time than a
         # small problem's kernel, and nothing here needs it.
-        out, lse = _forward_varlen(*args, want_lse=return_lse)
+        out, lse = _forward_varlen(*args, want_lse=return_lse, alibi_slopes=alibi_slopes)
     else:
-        out, lse = _fwd_varlen_op(*args, bool(deterministic))
+        out, lse = _fwd_varlen_op(*args, bool(deterministic), alibi_slopes)
     return (out, lse) if return_lse else out

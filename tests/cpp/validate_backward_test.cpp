@@ -46,6 +46,25 @@ TEST(ValidateBackward, RefusesKvCacheKeyCounts) {
                "counts are forward only)");
 }
 
+TEST(ValidateBackward, RefusesVarlenQAlone) {
+  // The forward reads cu_seqlens_q alone as varlen q over a KV cache; the
+  // backward takes packed q, k and v only.
+  BackwardParams p = valid_backward_params();
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600000});
+  p.total_q = 10;
+  expect_error(p, Status::kInvalidArgument,
+               "cu_seqlens_q and cu_seqlens_k: give both (varlen) or neither in the backward; got "
+               "cu_seqlens_q = 0x600000, cu_seqlens_k = NULL");
+}
+
+TEST(ValidateBackward, AlibiAsInTheForward) {
+  BackwardParams p = valid_backward_params();
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0xb00000});
+  EXPECT_TRUE(flash3::host::validate_backward(p, all_built()).ok());
+  p.softcap = 2.f;
+  expect_error(p, Status::kUnsupported, "alibi_slopes: not supported with softcap; got softcap 2");
+}
+
 TEST(ValidateBackward, AppliesTheForwardRules) {
   BackwardParams p = valid_backward_params();
   p.heads_kv = 3;

@@ -558,6 +558,27 @@ TEST(Validate, VarlenQOverCache) {
                    " bytes (forward_workspace_size); got NULL");
 }
 
+TEST(Validate, AlibiRules) {
+  ForwardParams p = valid_params();
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0xb00000});
+  expect_ok(p);
+  p.alibi_slopes_batch_stride = 8;
+  expect_ok(p);
+  ForwardParams bad = p;
+  bad.alibi_slopes_batch_stride = -1;
+  expect_error(bad, Status::kInvalidArgument,
+               "alibi_slopes_batch_stride must be >= 0 (0: one slope per head); got -1");
+  bad = p;
+  bad.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0xb00002});
+  expect_error(bad, Status::kInvalidArgument, "alibi_slopes: pointer must be 4-byte aligned; got 0xb00002");
+  bad = p;
+  bad.softcap = 5.f;
+  expect_error(bad, Status::kUnsupported, "alibi_slopes: not supported with softcap; got softcap 5");
+  bad = valid_params(DType::kFloat8E4M3, 128);
+  bad.alibi_slopes = p.alibi_slopes;
+  expect_error(bad, Status::kUnsupported, "alibi_slopes: not supported with dtype e4m3 (FP8)");
+}
+
 TEST(Validate, PackGqaValues) {
   ForwardParams p = valid_params();
   for (flash3::PackGqa mode : {flash3::PackGqa::kAuto, flash3::PackGqa::kOff, flash3::PackGqa::kOn}) {

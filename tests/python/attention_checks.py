@@ -68,6 +68,20 @@ MASKS = [
 SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.0)]
 
 
+# Masks ALiBi is tested with (no softcap: not supported together).
+ALIBI_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (100, -1), 0.0),
+               (False, (255, 3), 0.0)]
+
+
+def make_alibi_slopes(heads, batch=None):
+    """ALiBi's slopes 2^(-8 (h + 1) / heads), (heads,) fp32; with `batch`,
+    (batch, heads) with each entry's slopes scaled differently."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1, device="cuda") / heads)
+    if batch is None:
+        return slopes
+    return slopes * torch.linspace(0.5, 2.0, batch, device="cuda")[:, None]
+
+
 def make_sinks(heads, seqlen_k):
     """(heads,) fp32 sink logits near a row's log-sum-exp (about log seqlen_k
     for the N(0, 1) scores of make_qkv), so the sink takes a real share of the

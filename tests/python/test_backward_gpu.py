@@ -22,8 +22,8 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id,
-    require_built)
+    ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_alibi_slopes,
+    make_qkv, make_sinks, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -214,6 +214,21 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
     q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
     check_grads(q, k, v, seed, causal, window_size=window_size, softcap=softcap,
                 sinks=make_sinks(4, seqlen_k))
+
+
+@pytest.mark.parametrize("per_batch", [False, True], ids=["per-head", "per-batch"])
+@pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)],
+                         ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_alibi(dtype_name, head_dim, mask, lengths, per_batch, seed):
+    require_built(dtype_name, head_dim)
+    causal, window_size, _ = mask
+    batch, seqlen_q, seqlen_k = lengths
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
+    check_grads(q, k, v, seed, causal, window_size=window_size,
+                alibi_slopes=make_alibi_slopes(4, batch if per_batch else None))
 
 
 def test_sink_gradient_is_checked_and_reproducible(seed):

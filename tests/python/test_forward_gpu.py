@@ -24,8 +24,8 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_qkv, make_sinks, mask_id,
-    require_built)
+    ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_alibi_slopes,
+    make_qkv, make_sinks, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -65,14 +65,14 @@ def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=
 
 
 def run_poisoned(q, k, v, causal=False, softmax_scale=None, with_lse=True, window_size=(-1, -1),
-                 softcap=0.0, sinks=None):
+                 softcap=0.0, sinks=None, alibi_slopes=None):
     """The op's own launch path into NaN-filled buffers, so unwritten elements fail."""
     b, sq, hq, d = q.shape
     out = torch.full((b, sq, hq, d), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device=q.device)
     ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal,
                 *ops._abi_window(window_size),
-                softcap, sinks)
+                softcap, sinks, alibi=ops._check_alibi(alibi_slopes, b, q))
     return out, lse
 
 
@@ -200,6 +200,35 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
     q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
     check_both_paths(q, k, v, seed, causal=causal, window_size=window_size, softcap=softcap,
                      sinks=make_sinks(4, seqlen_k))
+
+
+@pytest.mark.parametrize("per_batch", [False, True], ids=["per-head", "per-batch"])
+@pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (2, 1023, 2049)],
+                         ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype_name", DTYPES)
+def test_alibi(dtype_name, head_dim, mask, lengths, per_batch, seed):
+    require_built(dtype_name, head_dim)
+    causal, window_size, _ = mask
+    batch, seqlen_q, seqlen_k = lengths
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, head_dim, DTYPES[dtype_name])
+    slopes = make_alibi_slopes(4, batch if per_batch else None)
+    check_both_paths(q, k, v, seed, causal=causal, window_size=window_size, alibi_slopes=slopes)
+
+
+def test_alibi_is_checked(seed):
+    # A test that passes without the bias would be no test: the output
+    # without ALiBi must fail the rule against the reference with it.
+    dtype_name, dtype, d = _any_built()
+    q, k, v = make_qkv(1, 300, 300, 4, 2, d, dtype)
+    slopes = make_alibi_slopes(4)
+    ref, _ = attention_ref(q, k, v, alibi_slopes=slopes)
+    lowp, _ = attention_ref(q, k, v, alibi_slopes=slopes, upcast=False)
+    with pytest.raises(AssertionError):
+        assert_rule("out", flash3.flash_attn_func(q, k, v).float(), ref, lowp.float(), seed)
+    with pytest.raises(flash3.Flash3Unsupported, match="alibi_slopes: not supported with softcap"):
+        flash3.flash_attn_func(q, k, v, softcap=5.0, alibi_slopes=slopes)
 
 
 def test_sinks_edge_cases(seed):

@@ -17,7 +17,8 @@ torch = require_hopper()
 import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
-from attention_checks import DTYPES, _where, assert_rule, make_sinks, require_built  # noqa: E402
+from attention_checks import (DTYPES, _where, assert_rule, make_alibi_slopes, make_sinks,  # noqa: E402
+                              require_built)
 
 HEAD_DIMS = (64, 128, 256)
 SPLITS = (1, 3, 0)
@@ -48,14 +49,18 @@ def entry_rows(q, out, lse, b, cu_seqlens_q):
 
 
 def check(q, k_cache, v_cache, seqlens, out, lse, seed, leftpad=None, batch_idx=None,
-          page_table=None, causal=False, window_size=(-1, -1), sinks=None, cu_seqlens_q=None):
+          page_table=None, causal=False, window_size=(-1, -1), sinks=None, cu_seqlens_q=None,
+          alibi_slopes=None):
     for b in range(seqlens.shape[0]):
         q_b, out_b, lse_b = entry_rows(q, out, lse, b, cu_seqlens_q)
         if q_b.shape[1] == 0:
             continue
         k = entry_keys(k_cache, b, seqlens, leftpad, batch_idx, page_table)
         v = entry_keys(v_cache, b, seqlens, leftpad, batch_idx, page_table)
-        kwargs = dict(causal=causal, window_size=window_size, sinks=sinks)
+        slopes = alibi_slopes
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[b]
+        kwargs = dict(causal=causal, window_size=window_size, sinks=sinks, alibi_slopes=slopes)
         ref, ref_lse = attention_ref(q_b, k, v, **kwargs)
         lowp, lowp_lse = attention_ref(q_b, k, v, upcast=False, **kwargs)
         assert_rule(f"out[{b}]", out_b, ref, lowp, seed)
@@ -164,6 +169,29 @@ def test_pack_gqa_forced(seed, pack_gqa, seqlen_q):
     out, lse = flash3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
                                               causal=True, pack_gqa=pack_gqa, return_lse=True)
     check(q, k_cache, v_cache, seqlens, out, lse, seed, causal=True)
+
+
+@pytest.mark.parametrize("num_splits", SPLITS)
+@pytest.mark.parametrize("varlen", [False, True])
+def test_alibi(seed, num_splits, varlen):
+    # Per-entry slopes; PackGQA's rows (decode) take their own head's slope.
+    require_built("bf16", 128)
+    batch, heads_q, heads_kv = 3, 8, 2
+    k_cache, v_cache = random_cache(batch, 900, heads_kv, 128, torch.bfloat16)
+    seqlens = torch.tensor([900, 0, 333], dtype=torch.int32, device="cuda")
+    slopes = make_alibi_slopes(heads_q, batch)
+    if varlen:
+        q = torch.randn(1 + 0 + 40, heads_q, 128, dtype=torch.bfloat16, device="cuda")
+        cu = torch.tensor([0, 1, 1, 41], dtype=torch.int32, device="cuda")
+        extra = dict(cu_seqlens_q=cu, max_seqlen_q=40)
+    else:
+        q = torch.randn(batch, 1, heads_q, 128, dtype=torch.bfloat16, device="cuda")
+        cu, extra = None, {}
+    out, lse = flash3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                              causal=True, alibi_slopes=slopes,
+                                              num_splits=num_splits, return_lse=True, **extra)
+    check(q, k_cache, v_cache, seqlens, out, lse, seed, causal=True, cu_seqlens_q=cu,
+          alibi_slopes=slopes)
 
 
 @pytest.mark.parametrize("num_splits", SPLITS)

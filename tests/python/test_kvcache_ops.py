@@ -21,14 +21,14 @@ def test_op_schemas():
         "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? page_table, "
         "float? softmax_scale, bool causal, SymInt window_left, SymInt window_right, "
         "float softcap, Tensor? sinks, SymInt num_splits, Tensor? cu_seqlens_q, "
-        "SymInt max_seqlen_q, SymInt pack_gqa) -> (Tensor, Tensor)")
+        "SymInt max_seqlen_q, SymInt pack_gqa, Tensor? alibi_slopes) -> (Tensor, Tensor)")
     assert str(torch.ops.flash3.fwd_kvcache_append.default._schema) == (
         "flash3::fwd_kvcache_append(Tensor q, Tensor(a1!) k_cache, Tensor(a2!) v_cache, Tensor k, "
         "Tensor v, Tensor? rotary_cos, Tensor? rotary_sin, bool rotary_interleaved, "
         "Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
         "Tensor? page_table, float? softmax_scale, bool causal, SymInt window_left, "
-        "SymInt window_right, float softcap, Tensor? sinks, SymInt num_splits, SymInt pack_gqa) "
-        "-> (Tensor, Tensor)")
+        "SymInt window_right, float softcap, Tensor? sinks, SymInt num_splits, SymInt pack_gqa, "
+        "Tensor? alibi_slopes) -> (Tensor, Tensor)")
     assert str(torch.ops.flash3.combine.default._schema) == (
         "flash3::combine(Tensor out_partial, Tensor lse_partial, ScalarType out_dtype) "
         "-> (Tensor, Tensor)")

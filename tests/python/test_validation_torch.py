@@ -4,6 +4,8 @@ The Python layer only checks what the C ABI cannot see (device, dtype, shape
 agreement between tensors); everything else is the library's (test_c_abi.py).
 """
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -64,6 +66,21 @@ def test_explicit_zero_scale_is_rejected():
         flash3.flash_attn_func(*qkv(device="meta"), softmax_scale=0.0)
 
 
+def test_alibi_slopes_are_checked():
+    q, k, v = qkv(device="meta")
+    for slopes in (torch.empty(4, device="meta"), torch.empty(2, 4, device="meta")):
+        assert flash3.flash_attn_func(q, k, v, alibi_slopes=slopes).shape == q.shape
+    for bad, got in ((torch.empty(3, device="meta"), "torch.float32 (3,)"),
+                     (torch.empty(4, dtype=torch.bfloat16, device="meta"), "torch.bfloat16 (4,)"),
+                     (torch.empty(4, 2, device="meta").t(), "torch.float32 (2, 4)")):
+        with pytest.raises(flash3.Flash3InvalidArgument,
+                           match=re.escape(f"alibi_slopes: expected a float32 tensor (4,) or (2, 4) "
+                                           f"with heads contiguous; got {got}")):
+            flash3.flash_attn_func(q, k, v, alibi_slopes=bad)
+    with pytest.raises(flash3.Flash3InvalidArgument, match="alibi_slopes: must be on q's device"):
+        flash3.flash_attn_func(q, k, v, alibi_slopes=torch.empty(4))
+
+
 def test_meta_tensors_give_shapes():
     q, k, v = qkv(batch=3, seqlen_q=11, seqlen_k=5, heads_q=8, heads_kv=2, head_dim=128,
                   dtype=torch.float16, device="meta")
@@ -88,13 +105,14 @@ def test_op_schema():
     schema = str(torch.ops.flash3.fwd.default._schema)
     assert schema == ("flash3::fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale, "
                       "bool causal, bool deterministic=False, SymInt window_left=-1, "
-                      "SymInt window_right=-1, float softcap=0., Tensor? sinks=None) "
-                      "-> (Tensor, Tensor)"), schema
+                      "SymInt window_right=-1, float softcap=0., Tensor? sinks=None, "
+                      "Tensor? alibi_slopes=None) -> (Tensor, Tensor)"), schema
     schema = str(torch.ops.flash3.bwd.default._schema)
     assert schema == ("flash3::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
                       "Tensor lse, float? softmax_scale, bool causal, bool deterministic, "
                       "SymInt window_left=-1, SymInt window_right=-1, float softcap=0., "
-                      "Tensor? sinks=None) -> (Tensor, Tensor, Tensor, Tensor)"), schema
+                      "Tensor? sinks=None, Tensor? alibi_slopes=None) "
+                      "-> (Tensor, Tensor, Tensor, Tensor)"), schema
 
 
 def test_reference_matches_sdpa_math_in_fp64():
@@ -222,9 +240,10 @@ def test_fast_path_probes_exist():
 
 
 def _reference_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
-                       sinks=None, want_lse=True):
+                       sinks=None, want_lse=True, alibi_slopes=None):
     out, lse = attention_ref(q, k, v, softmax_scale=softmax_scale, causal=causal,
-                             window_size=(window_left, window_right), softcap=softcap, sinks=sinks)
+                             window_size=(window_left, window_right), softcap=softcap, sinks=sinks,
+                             alibi_slopes=alibi_slopes)
     return out.to(q.dtype), lse
 
 
@@ -242,15 +261,15 @@ def test_autograd_registration_on_cpu(monkeypatch):
 
     def backward(*args):
         calls.append(args)
-        sinks = args[-1]
+        sinks = args[-2]
         return (*(x.grad for x in leaves), ops._empty_dsinks(q, sinks).fill_(0.5))
 
     monkeypatch.setattr(ops, "_forward", _reference_forward)
     monkeypatch.setattr(ops, "_backward", backward)
     flash3.flash_attn_func(q, k, v, deterministic=True, **mask).backward(dout)
-    (got_dout, *_, scale, causal, deterministic, left, right, softcap, sinks), = calls
+    (got_dout, *_, scale, causal, deterministic, left, right, softcap, sinks, alibi), = calls
     assert torch.equal(got_dout, dout) and (scale, causal, deterministic) == (None, True, True)
-    assert (left, right, softcap, sinks) == (3, 0, 5.0, None)
+    assert (left, right, softcap, sinks, alibi) == (3, 0, 5.0, None, None)
     for got, want in zip((q, k, v), leaves):
         assert torch.equal(got.grad, want.grad)
     # Sinks in the model's dtype get their gradient back in it, through the fp32 copy.
@@ -260,7 +279,12 @@ def test_autograd_registration_on_cpu(monkeypatch):
     # Frozen sinks: the backward is not asked for dsinks (it would cost time).
     calls.clear()
     flash3.flash_attn_func(q, k, v, sinks=sinks.detach()).sum().backward()
-    assert calls[0][-1] is None
+    assert calls[0][-2] is None
+    # ALiBi's slopes reach the backward (which has no gradient for them).
+    calls.clear()
+    slopes = torch.rand(4)
+    flash3.flash_attn_func(q, k, v, alibi_slopes=slopes).sum().backward()
+    assert calls[0][-1] is slopes
 
 
 @pytest.mark.parametrize("interleaved", [True, False])

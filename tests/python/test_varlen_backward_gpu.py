@@ -17,8 +17,8 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_sinks, mask_id,
-    require_built)
+    ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_alibi_slopes,
+    make_sinks, mask_id, require_built)
 from test_varlen_gpu import GQA_RATIOS, HEAD_DIMS, HEADS_KV, LONG, SHORT, pack, spans_of  # noqa: E402
 
 
@@ -118,6 +118,33 @@ def test_varlen_backward_sinks(mask, head_dim, seed):
     q, k, v, cu_q, cu_k = pack(SHORT, 4, 2, head_dim, dtype)
     check_grads(SHORT, q, k, v, cu_q, cu_k, seed, causal=causal, window_size=window_size,
                 softcap=softcap, sinks=make_sinks(4, 255))
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
+def test_varlen_alibi(mask, head_dim, seed):
+    # Forward and backward (the forward through the gradients' reference;
+    # out itself below): distances from each sequence's own corner.
+    dtype_name, dtype, _ = _any_built()
+    require_built(dtype_name, head_dim)
+    causal, window_size, _ = mask
+    q, k, v, cu_q, cu_k = pack(SHORT, 4, 2, head_dim, dtype)
+    slopes = make_alibi_slopes(4)
+    check_grads(SHORT, q, k, v, cu_q, cu_k, seed, causal=causal, window_size=window_size,
+                alibi_slopes=slopes)
+    spans = spans_of(SHORT, None)
+    max_q = max(q1 - q0 for (q0, q1), _ in spans)
+    max_k = max(k1 - k0 for _, (k0, k1) in spans)
+    out = flash3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal,
+                                        window_size=window_size, alibi_slopes=slopes)
+    for (q0, q1), (k0, k1) in spans:
+        if q1 == q0:
+            continue
+        args = (q[None, q0:q1], k[None, k0:k1], v[None, k0:k1])
+        kwargs = dict(causal=causal, window_size=window_size, alibi_slopes=slopes)
+        ref, _ = attention_ref(*args, **kwargs)
+        lowp, _ = attention_ref(*args, upcast=False, **kwargs)
+        assert_rule(f"out[{q0}:{q1}]", out[None, q0:q1].float(), ref, lowp.float(), seed)
 
 
 @pytest.mark.parametrize("causal", (False, True))
