@@ -140,8 +140,8 @@ def main():
             k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
             v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
             sinks = torch.randn(hq, device="cuda") if with_sinks else None
-            # ALiBi (per batch entry) where there is no softcap.
-            alibi = None if softcap else torch.rand(b, hq, device="cuda")
+            # ALiBi (per batch entry) where it is supported: no softcap, d <= 128.
+            alibi = None if softcap or d > 128 else torch.rand(b, hq, device="cuda")
             out, lse = flash3.flash_attn_func(q, k, v, causal=causal, return_lse=True,
                                               window_size=window, softcap=softcap, sinks=sinks,
                                               alibi_slopes=alibi)

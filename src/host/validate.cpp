@@ -465,6 +465,9 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   // (The backward adds the bias to the capped scores it needs unbiased.)
   if (p.alibi_slopes != nullptr && p.softcap != 0.f)
     return unsupported(cat("alibi_slopes: not supported with softcap; got softcap ", p.softcap));
+  if (p.alibi_slopes != nullptr && p.head_dim > kernels::kMaxAlibiHeadDim)
+    return unsupported(cat("alibi_slopes: supported up to head_dim ", kernels::kMaxAlibiHeadDim,
+                           "; got head_dim ", p.head_dim));
   if (fp8) return check_fp8(p);
   return {};
 }

@@ -28,6 +28,10 @@ constexpr FwdTileConfig fwd_tile_config(int head_dim, bool fp8 = false) {
                            : FwdTileConfig{128, 80, 2};
 }
 
+// ALiBi (flash3.hpp) up to this head dim: at d = 256 the banded forward's
+// registers are all taken (its bias pass spilled 6-13 values).
+inline constexpr int kMaxAlibiHeadDim = 128;
+
 struct BwdTileConfig {
   int block_m;    // query rows per mainloop step (one Q / dO tile)
   int block_n;    // keys per CTA (K and V stay resident)

@@ -23,6 +23,7 @@ constexpr uint64_t kSizeV4 = 280;  // ... in ABI v4 (varlen)
 constexpr uint64_t kSizeV6 = 376;  // ... in ABI v6 (FP8 scales)
 constexpr uint64_t kSizeV7 = 440;  // ... in ABI v7 (KV cache, split-KV)
 constexpr uint64_t kSizeV8 = 560;  // ... in ABI v8 (append with rotary)
+constexpr uint64_t kSizeV9 = 576;  // ... in ABI v9 (pack_gqa in v8's padding, ALiBi)
 // A (dtype, head dim) this build has, from CMake.
 constexpr int kDType = FLASH3_TEST_DTYPE;
 constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
@@ -95,7 +96,8 @@ TEST(CAbi, StructSizesAreFrozen) {
   EXPECT_EQ(offsetof(flash3_fwd_params, q_scale), kSizeV4);
   EXPECT_EQ(offsetof(flash3_fwd_params, kv_batch_idx), kSizeV6);
   EXPECT_EQ(offsetof(flash3_fwd_params, k_new), kSizeV7);
-  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV8);
+  EXPECT_EQ(offsetof(flash3_fwd_params, alibi_slopes), kSizeV8);
+  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV9);
 }
 
 // A caller compiled against the v1 header passes 216 bytes: the library must
@@ -184,7 +186,7 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   p.future_field = 1;
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
-               "params->struct_size: 568 bytes, with fields set beyond the 560 bytes this library "
+               "params->struct_size: 584 bytes, with fields set beyond the 576 bytes this library "
                "knows (ABI v9); upgrade flash3 or leave the newer fields zero");
 }
 
@@ -297,7 +299,8 @@ TEST(CAbiBackward, ParamsInitAndFrozenSize) {
   EXPECT_EQ(offsetof(flash3_bwd_params, window_left), 392u);  // the v1 size
   EXPECT_EQ(offsetof(flash3_bwd_params, sinks), 408u);        // the v2 size
   EXPECT_EQ(offsetof(flash3_bwd_params, cu_seqlens_q), 424u);  // the v4 size
-  EXPECT_EQ(sizeof(flash3_bwd_params), 464u);  // v5
+  EXPECT_EQ(offsetof(flash3_bwd_params, alibi_slopes), 464u);  // the v5 size
+  EXPECT_EQ(sizeof(flash3_bwd_params), 480u);  // v9
   flash3_bwd_params p;
   std::memset(&p, 0xAB, sizeof(p));
   flash3_bwd_params_init(&p);

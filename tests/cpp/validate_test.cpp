@@ -577,6 +577,9 @@ TEST(Validate, AlibiRules) {
   bad = valid_params(DType::kFloat8E4M3, 128);
   bad.alibi_slopes = p.alibi_slopes;
   expect_error(bad, Status::kUnsupported, "alibi_slopes: not supported with dtype e4m3 (FP8)");
+  bad = valid_params(DType::kBFloat16, 256);
+  bad.alibi_slopes = p.alibi_slopes;
+  expect_error(bad, Status::kUnsupported, "alibi_slopes: supported up to head_dim 128; got head_dim 256");
 }
 
 TEST(Validate, PackGqaValues) {

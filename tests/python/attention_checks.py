@@ -71,6 +71,8 @@ SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.
 # Masks ALiBi is tested with (no softcap: not supported together).
 ALIBI_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (100, -1), 0.0),
                (False, (255, 3), 0.0)]
+ALIBI_LENGTHS = [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)]  # (batch, seqlen_q, seqlen_k)
+ALIBI_HEAD_DIMS = (64, 128)  # d = 256 refuses it (flash3.hpp)
 
 
 def make_alibi_slopes(heads, batch=None):

@@ -22,8 +22,8 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_alibi_slopes,
-    make_qkv, make_sinks, mask_id, require_built)
+    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where,
+    assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -217,10 +217,9 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
 
 
 @pytest.mark.parametrize("per_batch", [False, True], ids=["per-head", "per-batch"])
-@pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)],
-                         ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("lengths", ALIBI_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_alibi(dtype_name, head_dim, mask, lengths, per_batch, seed):
     require_built(dtype_name, head_dim)

@@ -24,8 +24,8 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_alibi_slopes,
-    make_qkv, make_sinks, mask_id, require_built)
+    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _built,
+    _where, assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
 
 HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
@@ -203,10 +203,9 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
 
 
 @pytest.mark.parametrize("per_batch", [False, True], ids=["per-head", "per-batch"])
-@pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (2, 1023, 2049)],
-                         ids=lambda s: "b{}-{}x{}".format(*s))
+@pytest.mark.parametrize("lengths", ALIBI_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_alibi(dtype_name, head_dim, mask, lengths, per_batch, seed):
     require_built(dtype_name, head_dim)
@@ -229,6 +228,11 @@ def test_alibi_is_checked(seed):
         assert_rule("out", flash3.flash_attn_func(q, k, v).float(), ref, lowp.float(), seed)
     with pytest.raises(flash3.Flash3Unsupported, match="alibi_slopes: not supported with softcap"):
         flash3.flash_attn_func(q, k, v, softcap=5.0, alibi_slopes=slopes)
+    if 256 in _built()[1]:
+        big = [torch.randn(1, 8, 4 // i, 256, dtype=dtype, device="cuda") for i in (1, 2, 2)]
+        with pytest.raises(flash3.Flash3Unsupported,
+                           match="alibi_slopes: supported up to head_dim 128; got head_dim 256"):
+            flash3.flash_attn_func(*big, alibi_slopes=slopes)
 
 
 def test_sinks_edge_cases(seed):

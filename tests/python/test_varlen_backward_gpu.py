@@ -17,8 +17,8 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_alibi_slopes,
-    make_sinks, mask_id, require_built)
+    ALIBI_HEAD_DIMS, ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule,
+    make_alibi_slopes, make_sinks, mask_id, require_built)
 from test_varlen_gpu import GQA_RATIOS, HEAD_DIMS, HEADS_KV, LONG, SHORT, pack, spans_of  # noqa: E402
 
 
@@ -120,7 +120,7 @@ def test_varlen_backward_sinks(mask, head_dim, seed):
                 softcap=softcap, sinks=make_sinks(4, 255))
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS)
 @pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
 def test_varlen_alibi(mask, head_dim, seed):
     # Forward and backward (the forward through the gradients' reference;
