@@ -237,6 +237,7 @@ struct BwdMainloop {
     // which D's error cancels.
     float const sink_log2 = p.sinks != nullptr ? p.sinks[head] * float(M_LOG2E) : 0.f;
     float sink_sum = 0.f;
+    bool const alibi = p.alibi_slopes != nullptr;
     for (int m_block = m_begin; m_block < m_end; ++m_block, ++step) {
       int const stage = read.index();
       int const buffer = step % Traits::kDSBuffers;
@@ -257,7 +258,7 @@ struct BwdMainloop {
       if (softcap) apply_softcap(scores, p.softcap_input_scale);
       Mask const mask = step_mask(p, smem, tile);
       // (The slope is read each step: held across the loop it spilled.)
-      if (p.alibi_slopes != nullptr)
+      if (alibi)
         add_alibi(scores, coords, p.alibi_slopes[tile.batch * p.alibi_batch_stride + head] / p.softmax_scale,
                   mask, m_block, tile.n_block);
       if (mask.needs_mask(m_block, tile.n_block))
