@@ -419,7 +419,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         varlen_q = (cu_seqlens_q, max_seqlen_q)
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
                 t is None or type(t) is torch.Tensor
-            for t in args[3:7] + args[12:13] + varlen_q[:1] + (alibi_slopes,)):
+                for t in args[3:7] + args[12:13] + varlen_q[:1] + (alibi_slopes,)):
             out, lse = _fwd_kvcache(*args, want_lse=want_lse, varlen_q=varlen_q, pack_gqa=pack,
                                     alibi_slopes=alibi_slopes)
         else:
