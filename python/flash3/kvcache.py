@@ -220,11 +220,7 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
     varlen_q: (cu_seqlens_q, max_seqlen_q) or None (not with append);
     pack_gqa: the C ABI's value (0 auto, 1 off, 2 on)."""
     global _launcher
-    if varlen_q is not None:
-        seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
-                                  cache_leftpad, page_table, sinks, need_cuda=True,
-                                  varlen_q=varlen_q)
-    elif append is not None:
+    if append is not None:
         seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                   cache_leftpad, page_table, sinks, need_cuda=True)
         _check_append(q, k_cache, *append[:4], cache_seqlens)
@@ -233,7 +229,7 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
         k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
         cos, sin = (None if t is None else t.contiguous() for t in (cos, sin))
         append = (k, v, cos, sin, interleaved)
-    elif (cache_batch_idx is None and cache_leftpad is None and sinks is None
+    elif (varlen_q is None and cache_batch_idx is None and cache_leftpad is None and sinks is None
             and (cache_seqlens is None or (cache_seqlens.dtype == _INT32
                                            and cache_seqlens.shape == (q.shape[0],)
                                            and cache_seqlens.get_device() == q.get_device()
@@ -242,8 +238,11 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
         seqlen_k = k_cache.shape[1] * (1 if page_table is None else page_table.shape[1])
     else:
         seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
-                                  cache_leftpad, page_table, sinks, need_cuda=True)
-    alibi = _check_alibi(alibi_slopes, _batch(q, varlen_q), q)
+                                  cache_leftpad, page_table, sinks, need_cuda=True,
+                                  varlen_q=varlen_q)
+    batch = _batch(q, varlen_q)
+    seqlen_q = q.shape[1] if varlen_q is None else varlen_q[1]
+    alibi = _check_alibi(alibi_slopes, batch, q)
     if _launcher is None:
         _launcher = _lib.FwdLauncher(with_cache=True)
     out = torch.empty_like(q, memory_format=_CONTIGUOUS)
@@ -256,10 +255,6 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
              k_cache.shape[0], num_splits, 0, 0, *_append_fields(append, causal, window_left,
                                                                  window_right), pack_gqa]
     device = q.get_device()
-    if varlen_q is None:
-        batch, seqlen_q = q.shape[:2]
-    else:
-        batch, seqlen_q = varlen_q[0].shape[0] - 1, varlen_q[1]
     heads_q, head_dim = q.shape[-2:]
     key = (device, q.dtype, batch, seqlen_q, seqlen_k, heads_q, k_cache.shape[2], head_dim,
            num_splits, pack_gqa)
@@ -351,8 +346,8 @@ def _cache_seqlens_tensor(cache_seqlens, q, cu_seqlens_q=None):
     if cache_seqlens is None or isinstance(cache_seqlens, torch.Tensor):
         return cache_seqlens
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
-        return torch.full((batch,), cache_seqlens, dtype=_INT32, device=q.device)
+        return torch.full((_batch(q, _varlen_q(cu_seqlens_q, None)),), cache_seqlens,
+                          dtype=_INT32, device=q.device)
     raise _invalid(f"cache_seqlens: expected an int, an int32 tensor (batch,) or None; got "
                    f"{type(cache_seqlens).__name__}")
 
@@ -415,7 +410,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if appends:
             raise _unsupported("k, v: appending to the cache takes fixed-length q; not supported "
                                "with varlen q (cu_seqlens_q)")
-        _check_max_seqlen_q(max_seqlen_q)
+        _check_max_seqlen_q(max_seqlen_q)  # the op's schema would refuse it unnamed
         varlen_q = (cu_seqlens_q, max_seqlen_q)
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
                 t is None or type(t) is torch.Tensor
