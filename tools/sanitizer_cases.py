@@ -27,6 +27,8 @@ CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, wi
     (2, 257, 300, 4, 2, 64, False, (0, 0), 20.0, False),
     # More tiles (4 x 16 x 3) than twice the SMs: the persistent grid's CTAs walk several.
     (4, 333, 200, 16, 4, 128, False, (-1, -1), 0.0, True),
+    (2, 129, 211, 4, 2, 96, True, (-1, -1), 0.0, True),
+    (1, 211, 129, 2, 1, 192, False, (50, 7), 0.0, False),
 ]
 
 # (seqlen_q, seqlen_k) per sequence, packed.
@@ -43,7 +45,7 @@ def varlen_cases(dtype):
     # Starts past the end or negative, a length past the end: clamped, not accessed.
     bad = torch.tensor([0, 10**6, -5, total_q, total_q - 1, total_q + 7, total_q],
                        dtype=torch.int32, device="cuda")
-    for d in (64, 128, 256):
+    for d in (64, 96, 128, 192, 256):
         q = torch.randn(total_q, 4, d, device="cuda", dtype=dtype)
         k = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
         v = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
@@ -82,7 +84,7 @@ def fp8_cases():
 def kvcache_cases():
     # Odd lengths, a batch index past the batch, left padding, paged caches,
     # and split-KV with an empty split.
-    for d in (64, 128, 256):
+    for d in (64, 96, 128, 192, 256):
         k_cache = torch.randn(4, 301, 2, d, device="cuda", dtype=torch.bfloat16)
         q = torch.randn(3, 5, 4, d, device="cuda", dtype=torch.bfloat16)
         seqlens = torch.tensor([301, 0, 77], dtype=torch.int32, device="cuda")
@@ -141,7 +143,7 @@ def main():
             v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
             sinks = torch.randn(hq, device="cuda") if with_sinks else None
             # ALiBi (per batch entry) where it is supported: no softcap, d <= 128.
-            alibi = None if softcap or d > 128 else torch.rand(b, hq, device="cuda")
+            alibi = None if softcap or d > 192 else torch.rand(b, hq, device="cuda")
             out, lse = flash3.flash_attn_func(q, k, v, causal=causal, return_lse=True,
                                               window_size=window, softcap=softcap, sinks=sinks,
                                               alibi_slopes=alibi)

@@ -180,7 +180,7 @@ typedef struct flash3_fwd_params {
   /* v9. Optional (NULL) ALiBi, FA2's alibi_slopes: fp32, the slope of (batch
    * b, query head h) at alibi_slopes[b * alibi_slopes_batch_stride + h]
    * (stride 0: per head); query i's logit for key j gains -slope * |i +
-   * seqlen_k - seqlen_q - j| (per sequence). 16-bit, head_dim <= 128, no softcap. */
+   * seqlen_k - seqlen_q - j| (per sequence). 16-bit, head_dim <= 192, no softcap. */
   const float* alibi_slopes;
   int64_t alibi_slopes_batch_stride;
 } flash3_fwd_params;

@@ -174,7 +174,7 @@ struct ForwardParams {
   // (batch b, query head h) at alibi_slopes[b * alibi_slopes_batch_stride +
   // h] (stride 0: one slope per head). Query i's logit for key j gains
   // -slope * |i + seqlen_k - seqlen_q - j| (per sequence or cache entry),
-  // so lse includes it. 16-bit dtypes, head_dim <= 128, not with softcap.
+  // so lse includes it. 16-bit dtypes, head_dim <= 192, not with softcap.
   const float* alibi_slopes = nullptr;
   int64_t alibi_slopes_batch_stride = 0;
 };

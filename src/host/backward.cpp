@@ -7,6 +7,7 @@
 #include "bwd_workspace.hpp"
 #include "device_check.hpp"
 #include "export.hpp"
+#include "flash3_built_kernels.h"
 #include "kernels/bwd_run.h"
 #include "last_error.hpp"
 #include "validate.hpp"
@@ -17,42 +18,15 @@ namespace {
 
 using host::CheckResult;
 
-// Only built instantiations are referenced (see forward.cpp).
+// Only built instantiations are referenced (see forward.cpp); e4m3 is
+// forward only and fp32 a combine output: validation refuses both.
 std::optional<cudaError_t> dispatch(const BackwardParams& p, const kernels::BwdWorkspaceView& ws,
                                     cudaStream_t stream) {
-  switch (p.dtype) {
-    case DType::kBFloat16:
-      switch (p.head_dim) {
-#ifdef FLASH3_HAS_BF16_HDIM64
-        case 64: return kernels::run_bwd<DType::kBFloat16, 64>(p, ws, stream);
-#endif
-#ifdef FLASH3_HAS_BF16_HDIM128
-        case 128: return kernels::run_bwd<DType::kBFloat16, 128>(p, ws, stream);
-#endif
-#ifdef FLASH3_HAS_BF16_HDIM256
-        case 256: return kernels::run_bwd<DType::kBFloat16, 256>(p, ws, stream);
-#endif
-        default: break;
-      }
-      break;
-    case DType::kFloat16:
-      switch (p.head_dim) {
-#ifdef FLASH3_HAS_FP16_HDIM64
-        case 64: return kernels::run_bwd<DType::kFloat16, 64>(p, ws, stream);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM128
-        case 128: return kernels::run_bwd<DType::kFloat16, 128>(p, ws, stream);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM256
-        case 256: return kernels::run_bwd<DType::kFloat16, 256>(p, ws, stream);
-#endif
-        default: break;
-      }
-      break;
-    case DType::kFloat8E4M3:  // forward only: validation refuses it
-    case DType::kFloat32:     // combine output only: likewise
-      break;
-  }
+#define FLASH3_DISPATCH(DTYPE, HEAD_DIM)                 \
+  if (p.dtype == DType::DTYPE && p.head_dim == HEAD_DIM) \
+    return kernels::run_bwd<DType::DTYPE, HEAD_DIM>(p, ws, stream);
+  FLASH3_FOR_EACH_BUILT_16BIT(FLASH3_DISPATCH)
+#undef FLASH3_DISPATCH
   return std::nullopt;
 }
 

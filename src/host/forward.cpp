@@ -6,6 +6,7 @@
 
 #include "device_check.hpp"
 #include "export.hpp"
+#include "flash3_built_kernels.h"
 #include "kernels/fwd_combine_run.h"
 #include "kernels/fwd_run.h"
 #include "kernels/split_kv.h"
@@ -37,58 +38,19 @@ struct RunFwdKvCache {
   }
 };
 
-// Only instantiations that were built are referenced (FLASH3_HAS_* come from
-// CMake's FLASH3_DTYPES x FLASH3_HEAD_DIMS); validation has already rejected
-// the others, so reaching the end is a bug.
+// Only instantiations that were built are referenced (the lists of
+// flash3_built_kernels.h come from CMake's FLASH3_DTYPES x FLASH3_HEAD_DIMS);
+// validation has already rejected the others, so reaching the end is a bug.
 template <class Runner>
 std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream) {
-  switch (p.dtype) {
-    case DType::kBFloat16:
-      switch (p.head_dim) {
-#ifdef FLASH3_HAS_BF16_HDIM64
-        case 64: return Runner::template run<DType::kBFloat16, 64>(p, stream);
-#endif
-#ifdef FLASH3_HAS_BF16_HDIM128
-        case 128: return Runner::template run<DType::kBFloat16, 128>(p, stream);
-#endif
-#ifdef FLASH3_HAS_BF16_HDIM256
-        case 256: return Runner::template run<DType::kBFloat16, 256>(p, stream);
-#endif
-        default: break;
-      }
-      break;
-    case DType::kFloat16:
-      switch (p.head_dim) {
-#ifdef FLASH3_HAS_FP16_HDIM64
-        case 64: return Runner::template run<DType::kFloat16, 64>(p, stream);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM128
-        case 128: return Runner::template run<DType::kFloat16, 128>(p, stream);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM256
-        case 256: return Runner::template run<DType::kFloat16, 256>(p, stream);
-#endif
-        default: break;
-      }
-      break;
-    case DType::kFloat8E4M3:
-      if constexpr (Runner::kHasFp8) {
-        switch (p.head_dim) {
-#ifdef FLASH3_HAS_E4M3_HDIM64
-          case 64: return Runner::template run<DType::kFloat8E4M3, 64>(p, stream);
-#endif
-#ifdef FLASH3_HAS_E4M3_HDIM128
-          case 128: return Runner::template run<DType::kFloat8E4M3, 128>(p, stream);
-#endif
-#ifdef FLASH3_HAS_E4M3_HDIM256
-          case 256: return Runner::template run<DType::kFloat8E4M3, 256>(p, stream);
-#endif
-          default: break;
-        }
-      }
-      break;
-    case DType::kFloat32: break;
+#define FLASH3_DISPATCH(DTYPE, HEAD_DIM)                         \
+  if (p.dtype == DType::DTYPE && p.head_dim == HEAD_DIM)         \
+    return Runner::template run<DType::DTYPE, HEAD_DIM>(p, stream);
+  FLASH3_FOR_EACH_BUILT_16BIT(FLASH3_DISPATCH)
+  if constexpr (Runner::kHasFp8) {
+    FLASH3_FOR_EACH_BUILT_FP8(FLASH3_DISPATCH)
   }
+#undef FLASH3_DISPATCH
   return std::nullopt;
 }
 

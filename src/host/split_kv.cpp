@@ -20,7 +20,7 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 int pack_gqa(const ForwardParams& p) {
   if (!splittable(p) || p.heads_kv <= 0) return 1;
   return kernels::pack_gqa_factor(p.seqlen_q, p.heads_q / p.heads_kv,
-                                  kernels::fwd_tile_config(p.head_dim).block_m, p.pack_gqa);
+                                  kernels::fwd_kvcache_tile_config(p.head_dim).block_m, p.pack_gqa);
 }
 
 }  // namespace
@@ -46,7 +46,7 @@ size_t split_workspace_bytes(const ForwardParams& p, int splits) {
 int resolve_splits(const ForwardParams& p, int sms, bool limit_to_workspace) {
   if (!splittable(p)) return 1;
   if (p.num_splits >= 1) return p.num_splits;
-  kernels::FwdTileConfig const tile = kernels::fwd_tile_config(p.head_dim);
+  kernels::FwdTileConfig const tile = kernels::fwd_kvcache_tile_config(p.head_dim);
   int const pack = pack_gqa(p);
   long long const ctas =
       (static_cast<long long>(p.seqlen_q) * pack + tile.block_m - 1) / tile.block_m *

@@ -1,6 +1,7 @@
 #include "validate.hpp"
 
 #include "bwd_workspace.hpp"
+#include "flash3_built_kernels.h"
 #include "kernels/fwd_combine_run.h"
 #include "kernels/tile_config.h"
 #include "split_kv.hpp"
@@ -284,10 +285,20 @@ CheckResult check_fp8(const ForwardParams& p) {
   return {};
 }
 
-std::string supported_head_dims() {
+template <int kCount>
+std::string head_dims(const int (&dims)[kCount]) {
   std::string out;
-  for (int h : kSupportedHeadDims) out += (out.empty() ? "" : ", ") + std::to_string(h);
+  for (int h : dims) out += (out.empty() ? "" : ", ") + std::to_string(h);
   return out;
+}
+std::string supported_head_dims() { return head_dims(kSupportedHeadDims); }
+
+// kOk, or the e4m3 head-dim refusal (kFp8HeadDims).
+CheckResult check_fp8_head_dim(int head_dim) {
+  for (int h : kFp8HeadDims)
+    if (h == head_dim) return {};
+  return unsupported(cat("head_dim: dtype e4m3 (FP8) supports head dims ", head_dims(kFp8HeadDims),
+                         " (a power of two for the Hadamard transform); got ", head_dim));
 }
 
 }  // namespace
@@ -354,33 +365,10 @@ std::string BuildConfig::head_dim_list() const {
 const BuildConfig& built_config() {
   static const BuildConfig config = [] {
     BuildConfig c;
-#ifdef FLASH3_HAS_BF16_HDIM64
-    c.add(DType::kBFloat16, 64);
-#endif
-#ifdef FLASH3_HAS_BF16_HDIM128
-    c.add(DType::kBFloat16, 128);
-#endif
-#ifdef FLASH3_HAS_BF16_HDIM256
-    c.add(DType::kBFloat16, 256);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM64
-    c.add(DType::kFloat16, 64);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM128
-    c.add(DType::kFloat16, 128);
-#endif
-#ifdef FLASH3_HAS_FP16_HDIM256
-    c.add(DType::kFloat16, 256);
-#endif
-#ifdef FLASH3_HAS_E4M3_HDIM64
-    c.add(DType::kFloat8E4M3, 64);
-#endif
-#ifdef FLASH3_HAS_E4M3_HDIM128
-    c.add(DType::kFloat8E4M3, 128);
-#endif
-#ifdef FLASH3_HAS_E4M3_HDIM256
-    c.add(DType::kFloat8E4M3, 256);
-#endif
+#define FLASH3_ADD(DTYPE, HEAD_DIM) c.add(DType::DTYPE, HEAD_DIM);
+    FLASH3_FOR_EACH_BUILT_16BIT(FLASH3_ADD)
+    FLASH3_FOR_EACH_BUILT_FP8(FLASH3_ADD)
+#undef FLASH3_ADD
     return c;
   }();
   return config;
@@ -409,6 +397,8 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
   if (head_dim_index(p.head_dim) < 0)
     return unsupported(
         cat("head_dim: supported head dims are ", supported_head_dims(), "; got ", p.head_dim));
+  if (fp8)
+    if (CheckResult r = check_fp8_head_dim(p.head_dim); !r.ok()) return r;
   if (!built.has_head_dim(p.head_dim))
     return unsupported(cat("head_dim: ", p.head_dim, " is supported but not built into this library (built: ",
                            built.head_dim_list(), "); rebuild with FLASH3_HEAD_DIMS including ",
@@ -573,6 +563,7 @@ CheckResult validate_quantize_fp8(const QuantizeFp8Params& p) {
   if (head_dim_index(p.head_dim) < 0)
     return unsupported(
         cat("head_dim: supported head dims are ", supported_head_dims(), "; got ", p.head_dim));
+  if (CheckResult r = check_fp8_head_dim(p.head_dim); !r.ok()) return r;
   for (CheckResult r : {check_rows("batch * seqlen_q * num_heads_q", rows(p.batch, p.seqlen_q, p.heads_q)),
                         check_rows("batch * seqlen_k * num_heads_kv", rows(p.batch, p.seqlen_k, p.heads_kv))})
     if (!r.ok()) return r;

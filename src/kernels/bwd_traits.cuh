@@ -22,12 +22,14 @@ namespace flash3::kernels {
 
 using namespace cute;
 
-// The K-major swizzle atom whose width divides `kColumns` elements: a tile
-// that a GEMM later reads MN-major in slices of kColumns must not cut a
-// swizzle atom.
+// The widest K-major swizzle atom (16-bit elements) whose width divides
+// `kColumns`: a tile that a GEMM later reads MN-major in slices of kColumns
+// must not cut a swizzle atom (d = 96's dQ reads K in slices of 48).
 template <class Element, int kColumns>
-using SmemAtomForColumns = std::conditional_t<(kColumns % 64 == 0), GMMA::Layout_K_SW128_Atom<Element>,
-                                              GMMA::Layout_K_SW64_Atom<Element>>;
+using SmemAtomForColumns = std::conditional_t<
+    kColumns % 64 == 0, GMMA::Layout_K_SW128_Atom<Element>,
+    std::conditional_t<kColumns % 32 == 0, GMMA::Layout_K_SW64_Atom<Element>,
+                       GMMA::Layout_K_SW32_Atom<Element>>>;
 
 // The same bytes as `Layout` (rows, cols[, stage]) seen as (cols, rows[, stage]).
 template <class Layout, class Shape2d>
@@ -73,7 +75,10 @@ struct BwdTraits {
                            Shape<_64, Int<kBlockM / kSdPWarpgroupsN>, Int<kHeadDim>>>(),
       Layout<Shape<Int<kSdPWarpgroupsM>, Int<kSdPWarpgroupsN>, _1>>{}));
 
-  // dV += P^T dO and dK += dS^T Q: M = keys, N = head dim, K = queries.
+  // dV += P^T dO and dK += dS^T Q: M = keys, N = head dim (all of it per
+  // warpgroup, or half at d > 128), K = queries.
+  static constexpr int kDKVColumnsPerWarpgroup =
+      kDKVFromRegisters ? kHeadDim : kHeadDim / kNumConsumerWarpgroups;
   using TiledMmaDKV = std::conditional_t<
       kDKVFromRegisters,
       decltype(make_tiled_mma(
@@ -82,7 +87,7 @@ struct BwdTraits {
           Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>{})),
       decltype(make_tiled_mma(
           GMMA::ss_op_selector<Element, Element, float,
-                               Shape<_64, Int<kHeadDim / kNumConsumerWarpgroups>, Int<kBlockM>>,
+                               Shape<_64, Int<kDKVColumnsPerWarpgroup>, Int<kBlockM>>,
                                GMMA::Major::K, GMMA::Major::MN>(),
           Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>{}))>;
 
@@ -94,21 +99,24 @@ struct BwdTraits {
                            GMMA::Major::MN, GMMA::Major::MN>(),
       Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>{}));
 
-  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
-  static_assert(kHeadDim % 64 == 0 && kBlockM == 64);
+  static_assert(kBlockM == 64);
   // Q and dO: (queries, head dim, stage); read K-major by S^T / dP^T and
-  // MN-major (head dim as N) by dK / dV.
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  // MN-major (head dim as N) in slices of kDKVColumnsPerWarpgroup by dK / dV.
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomForColumns<Element, kDKVColumnsPerWarpgroup>{},
+                                             Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutQt = TransposedView<SmemLayoutQ, Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>>;
   // K: (keys, head dim); dQ reads it MN-major in slices of kDQColumnsPerWarpgroup.
   using SmemLayoutK = decltype(tile_to_shape(SmemAtomForColumns<Element, kDQColumnsPerWarpgroup>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutKt = TransposedView<SmemLayoutK, Shape<Int<kHeadDim>, Int<kBlockN>, _1>>;
-  using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // V: (keys, head dim), read K-major only (dP^T).
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtomForColumns<Element, kHeadDim>{},
+                                             Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // dS^T (and P^T when they go through shared memory): (keys, queries,
   // buffer), double-buffered so one barrier per step orders writers and readers.
   static constexpr int kDSBuffers = 2;
-  using SmemLayoutPdS = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSBuffers>>{}));
+  using SmemLayoutPdS = decltype(tile_to_shape(SmemAtomForColumns<Element, kBlockM>{},
+                                               Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSBuffers>>{}));
   using SmemLayoutPdSt = TransposedView<SmemLayoutPdS, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSBuffers>>>;
 
   using GmemTensor = typename FwdTraits<Element, kHeadDim, kBanded>::GmemTensor;

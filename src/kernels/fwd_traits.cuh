@@ -94,7 +94,8 @@ struct FwdTraits {
   using OutElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
   static_assert(!(kFp8 && kVarlen), "FP8 kernels take fixed-length batches");
   static_assert(!(kFp8 && kKvCache), "FP8 kernels read no KV cache");
-  static constexpr FwdTileConfig kTile = fwd_tile_config(kHeadDim, kFp8);
+  static constexpr FwdTileConfig kTile = kKvCache ? fwd_kvcache_tile_config(kHeadDim)
+                                                 : fwd_tile_config(kHeadDim, kFp8);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.kv_stages;
@@ -127,8 +128,8 @@ struct FwdTraits {
                            GMMA::Major::K, kVtMajor>(),
       ConsumerAtoms{}));
 
-  // Every supported head dim is a multiple of 64 elements = one swizzle row.
-  static_assert(kHeadDim % 64 == 0);
+  // Rows fill whole 64-byte swizzle rows at least (d = 96: 192 bytes).
+  static_assert(kHeadDim * sizeof(Element) % 64 == 0);
   using SmemAtom = KMajorSmemAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV =

@@ -204,7 +204,7 @@ TEST(CAbi, ValidationMessagesComeThrough) {
   HostTensors u;
   u.params.head_dim = 80;
   EXPECT_EQ(flash3_fwd(&u.params, nullptr), FLASH3_ERROR_UNSUPPORTED);
-  EXPECT_STREQ(flash3_last_error(), "head_dim: supported head dims are 64, 128, 256; got 80");
+  EXPECT_STREQ(flash3_last_error(), "head_dim: supported head dims are 64, 96, 128, 192, 256; got 80");
 
   HostTensors w;
   w.params.q.stride[3] = 2;
@@ -251,7 +251,7 @@ TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16|e4m3))* "
-                                          "head_dims=(64|128|256)(,(64|128|256))* arch=sm_90a")))
+                                          "head_dims=(64|96|128|192|256)(,(64|96|128|192|256))* arch=sm_90a")))
       << flash3_build_info();
 }
 

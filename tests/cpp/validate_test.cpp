@@ -20,7 +20,7 @@ BuildConfig all_built() {
   BuildConfig c;
   for (DType d : kKnownDTypes)
     for (int h : kSupportedHeadDims) c.add(d, h);
-  for (int h : kSupportedHeadDims) c.add(DType::kFloat8E4M3, h);
+  for (int h : kFp8HeadDims) c.add(DType::kFloat8E4M3, h);
   return c;
 }
 
@@ -95,10 +95,10 @@ TEST(Validate, DtypeNotBuilt) {
 }
 
 TEST(Validate, HeadDimNotSupported) {
-  for (int h : {1, 32, 96, 127, 512}) {
+  for (int h : {1, 32, 80, 127, 160, 512}) {
     ForwardParams p = valid_params(DType::kBFloat16, h);
     expect_error(p, Status::kUnsupported,
-                 "head_dim: supported head dims are 64, 128, 256; got " + std::to_string(h));
+                 "head_dim: supported head dims are 64, 96, 128, 192, 256; got " + std::to_string(h));
   }
 }
 
@@ -579,7 +579,7 @@ TEST(Validate, AlibiRules) {
   expect_error(bad, Status::kUnsupported, "alibi_slopes: not supported with dtype e4m3 (FP8)");
   bad = valid_params(DType::kBFloat16, 256);
   bad.alibi_slopes = p.alibi_slopes;
-  expect_error(bad, Status::kUnsupported, "alibi_slopes: supported up to head_dim 128; got head_dim 256");
+  expect_error(bad, Status::kUnsupported, "alibi_slopes: supported up to head_dim 192; got head_dim 256");
 }
 
 TEST(Validate, PackGqaValues) {
@@ -747,11 +747,18 @@ ForwardParams valid_fp8_params(int head_dim = 128) {
 }
 
 TEST(ValidateFp8, AcceptsEveryHeadDim) {
-  for (int h : kSupportedHeadDims) expect_ok(valid_fp8_params(h));
+  for (int h : kFp8HeadDims) expect_ok(valid_fp8_params(h));
   ForwardParams p = valid_fp8_params();
   p.causal = true;
   p.window_left = 64;
   expect_ok(p);
+}
+
+TEST(ValidateFp8, RefusesHeadDimsNotPowerOfTwo) {
+  for (int h : {96, 192})
+    expect_error(valid_fp8_params(h), Status::kUnsupported,
+                 "head_dim: dtype e4m3 (FP8) supports head dims 64, 128, 256 (a power of two for "
+                 "the Hadamard transform); got " + std::to_string(h));
 }
 
 TEST(ValidateFp8, NeedsScales) {
@@ -838,7 +845,12 @@ TEST(ValidateQuantizeFp8, Rules) {
   p.head_dim = 96;
   r = validate_quantize_fp8(p);
   EXPECT_EQ(r.status, Status::kUnsupported);
-  EXPECT_EQ(r.message, "head_dim: supported head dims are 64, 128, 256; got 96");
+  EXPECT_EQ(r.message,
+            "head_dim: dtype e4m3 (FP8) supports head dims 64, 128, 256 (a power of two for the "
+            "Hadamard transform); got 96");
+  p.head_dim = 80;
+  r = validate_quantize_fp8(p);
+  EXPECT_EQ(r.message, "head_dim: supported head dims are 64, 96, 128, 192, 256; got 80");
   p = valid_quantize_params();
   p.vt_out.data = nullptr;
   r = validate_quantize_fp8(p);
@@ -868,12 +880,12 @@ TEST(BuildConfig, Lists) {
   EXPECT_EQ(c.head_dim_list(), "none");
   c.add(DType::kFloat16, 256);
   c.add(DType::kBFloat16, 64);
-  c.add(DType::kBFloat16, 96);  // not a supported head dim: ignored
+  c.add(DType::kBFloat16, 80);  // not a supported head dim: ignored
   EXPECT_EQ(c.dtype_list(), "bf16, fp16");
   EXPECT_EQ(c.head_dim_list(), "64, 256");
   EXPECT_TRUE(c.has(DType::kFloat16, 256));
   EXPECT_FALSE(c.has(DType::kFloat16, 64));
-  EXPECT_FALSE(c.has_head_dim(96));
+  EXPECT_FALSE(c.has_head_dim(80));
 }
 
 }  // namespace

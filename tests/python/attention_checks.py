@@ -10,6 +10,7 @@ import torch
 from flash3 import _lib
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+HEAD_DIMS = (64, 96, 128, 192, 256)  # the 16-bit kernels (validate.hpp)
 
 
 def _built():
@@ -72,7 +73,7 @@ SINK_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (40, 7), 2.
 ALIBI_MASKS = [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (True, (100, -1), 0.0),
                (False, (255, 3), 0.0)]
 ALIBI_LENGTHS = [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)]  # (batch, seqlen_q, seqlen_k)
-ALIBI_HEAD_DIMS = (64, 128)  # d = 256 refuses it (flash3.hpp)
+ALIBI_HEAD_DIMS = (64, 96, 128, 192)  # 256 refuses it (flash3.hpp)
 
 
 def make_alibi_slopes(heads, batch=None):

@@ -22,10 +22,9 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where,
-    assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
+    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, HEAD_DIMS, MASKS, SINK_MASKS, _any_built,
+    _where, assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
 
-HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
 HEADS_KV = 2
 

@@ -24,10 +24,9 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _built,
-    _where, assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
+    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, HEAD_DIMS, MASKS, SINK_MASKS, _any_built,
+    _built, _where, assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
 
-HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
 HEADS_KV = 2
 
@@ -231,7 +230,7 @@ def test_alibi_is_checked(seed):
     if 256 in _built()[1]:
         big = [torch.randn(1, 8, 4 // i, 256, dtype=dtype, device="cuda") for i in (1, 2, 2)]
         with pytest.raises(flash3.Flash3Unsupported,
-                           match="alibi_slopes: supported up to head_dim 128; got head_dim 256"):
+                           match="alibi_slopes: supported up to head_dim 192; got head_dim 256"):
             flash3.flash_attn_func(*big, alibi_slopes=slopes)
 
 

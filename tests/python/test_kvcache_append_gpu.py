@@ -18,7 +18,7 @@ torch = require_hopper()
 
 import flash3  # noqa: E402
 
-from attention_checks import DTYPES, require_built  # noqa: E402
+from attention_checks import DTYPES, HEAD_DIMS, require_built  # noqa: E402
 from test_kvcache_gpu import check  # noqa: E402
 
 SPLITS = (1, 3, 0)
@@ -144,7 +144,7 @@ def test_append_decode(seed, dtype_name, rotary, num_splits, causal, seqlen_q, s
                rotary=rotary, num_splits=num_splits)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("page_size", [16, 48, 256])
 @pytest.mark.parametrize("rotary", ROTARY[1:3], ids=str)
 @pytest.mark.parametrize("num_splits", SPLITS)

@@ -17,10 +17,9 @@ torch = require_hopper()
 import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
-from attention_checks import (DTYPES, _where, assert_rule, make_alibi_slopes, make_sinks,  # noqa: E402
-                              require_built)
+from attention_checks import (DTYPES, HEAD_DIMS, _where, assert_rule,  # noqa: E402
+                              make_alibi_slopes, make_sinks, require_built)
 
-HEAD_DIMS = (64, 128, 256)
 SPLITS = (1, 3, 0)
 # (causal, window_size)
 MASKS = [(False, (-1, -1)), (True, (-1, -1)), (False, (100, 0)), (True, (37, -1))]

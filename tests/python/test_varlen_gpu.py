@@ -18,10 +18,9 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_sinks, mask_id,
+    DTYPES, HEAD_DIMS, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_sinks, mask_id,
     require_built)
 
-HEAD_DIMS = (64, 128, 256)
 GQA_RATIOS = (1, 2, 8)
 HEADS_KV = 2
 

@@ -1,0 +1,5 @@
+#include "kernels/fwd_launch.cuh"
+
+namespace flash3::kernels {
+template cudaError_t run_fwd_kvcache<DType::kFloat16, 192>(const ForwardParams&, cudaStream_t);
+}  // namespace flash3::kernels
