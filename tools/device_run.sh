@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv
 for step in $steps; do
   case $step in
     pytest)
-      timeout 300 python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" ;;
+      timeout 420 python3 -m pytest tests/python -q -x -rs 2>&1 | tee "$out/pytest.log" ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 python3 tools/sanitizer_cases.py \
