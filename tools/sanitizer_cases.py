@@ -69,6 +69,8 @@ def fp8_cases():
     from flash3 import fp8
 
     for b, sq, sk, hq, hkv, d, causal, window, _, with_sinks in CASES:
+        if d not in (64, 128, 256):  # FP8's head dims
+            continue
         q = torch.randn(b, sq, hq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(b, sk, hkv, d, device="cuda", dtype=torch.bfloat16)
