@@ -23,7 +23,7 @@ import statistics
 import subprocess
 import sys
 
-HIDDEN = 2048          # h = HIDDEN / d
+HIDDEN = 2048          # h = HIDDEN // d (d = 96: 21 heads, 192: 10)
 TOKENS = 16384         # b * s
 DEFAULT_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_HDIMS = (64, 128, 256)
@@ -100,8 +100,8 @@ def parse_args(argv):
         if s <= 0 or TOKENS % s:
             p.error(f"--seqlens: each must divide {TOKENS} (batch = {TOKENS} / seqlen); got {s}")
     for d in args.hdims:
-        if d <= 0 or HIDDEN % d:
-            p.error(f"--hdims: each must divide {HIDDEN} (heads = {HIDDEN} / hdim); got {d}")
+        if d <= 0 or d > HIDDEN:
+            p.error(f"--hdims: each must be in [1, {HIDDEN}] (heads = {HIDDEN} // hdim); got {d}")
     return args
 
 
