@@ -129,7 +129,7 @@ struct BwdTraits {
 
   // The dQ tile goes through shared memory to a bulk reduce where it fits
   // (dq_accumulator.cuh); d = 256 uses all 227 KB without it.
-  static constexpr bool kDQInSmem = kHeadDim <= 128;
+  static constexpr bool kDQInSmem = kHeadDim <= 192;
 
   static constexpr uint32_t kQTileBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutQ{}));
   static constexpr uint32_t kRowStatBytes = sizeof(float) * kBlockM;
