@@ -26,6 +26,10 @@ def test_parse_args():
     assert bench.parse_args([]).seqlens == bench.DEFAULT_SEQLENS
     with pytest.raises(SystemExit):
         bench.parse_args(["--seqlens", "1000"])
+    assert bench.parse_args(["--hdims", "96,192"]).hdims == (96, 192)  # 21 and 10 heads
+    for bad in ("0", "4096"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--hdims", bad])
     assert bench.parse_args(["--backends", "flash3,cudnn"]).backends == ("flash3", "cudnn")
     for bad in ("flash3,cudnnn", "cudnn"):
         with pytest.raises(SystemExit):
