@@ -7,7 +7,7 @@
 // contiguous bytes instead of eight rows 8 * head_dim * 4 bytes apart. The
 // conversion kernel (bwd_kernel.cuh) reads the same order back.
 //
-// d <= 128: consumers write the tile to shared memory and one warp of the
+// d <= 192: consumers write the tile to shared memory and one warp of the
 // producer warpgroup adds it to global memory with a bulk reduce (one
 // cp.reduce.async.bulk per tile, off the consumers' critical path). d = 256
 // has no shared memory left for the tile: consumers add with float4 atomics.
@@ -88,7 +88,7 @@ struct DQAccumulator {
     return make_float4(frag(4 * c), frag(4 * c + 1), frag(4 * c + 2), frag(4 * c + 3));
   }
 
-  // Consumers, d <= 128: hand the tile to the writer warp. `step` counts the
+  // Consumers, d <= 192: hand the tile to the writer warp. `step` counts the
   // CTA's query blocks; the writer frees the buffer after every step but the last.
   template <class Frag>
   CUTE_DEVICE static void to_writer(float* smem_tile, int thread, int step, Frag const& acc) {
@@ -100,7 +100,7 @@ struct DQAccumulator {
     cutlass::arch::NamedBarrier::arrive(kWriterThreads, uint32_t(BwdNamedBarrier::kDQFull));
   }
 
-  // One warp of the producer warpgroup, d <= 128: adds each tile the
+  // One warp of the producer warpgroup, d <= 192: adds each tile the
   // consumers hand over, for query blocks [m_begin, m_end) of `head`;
   // `last_head`: the CTA's last head, whose last tile needs no free buffer
   // after it. (No step counters: the producer's 24 registers are full.)
