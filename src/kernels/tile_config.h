@@ -18,7 +18,7 @@ struct FwdTileConfig {
 // - d 64: steps are short (half the GEMM work of d 128 per key block), so a
 //   third K/V stage (16 + 3 x 32 KB) hides more load latency: measured +1-10 %
 //   causal, 0.98-1.01x non-causal (docs/performance.md, 2026-12-03).
-// - d 96: d 128's tile (24 + 2 x 48 KB; its rows take a 64-byte swizzle).
+// - d 96: d 128's tile (24 + 4 x 24 KB; its 192-byte rows take a 64-byte swizzle).
 // - d 192: O is 96 regs/thread; 128 keys would need 48 + 4 x 48 KB, so
 //   112 (a multiple of the 16-row page box): 48 + 4 x 42 KB = 216 KB.
 // - FP8: 128 x 128 at every head dim, so that one tile is one block of the
