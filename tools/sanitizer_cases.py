@@ -3,7 +3,7 @@
 the persistent forward grid with several tiles per CTA,
 causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
 (key blocks no query sees), softcap, ALiBi and sinks (with their gradient), every
-head dim and dtype, the backward in both modes (atomic and deterministic dq);
+head dim and dtype (and head_dim_v 128 at head_dim 192), the backward in both modes (atomic and deterministic dq);
 varlen forwards and backwards (both dq modes) with empty sequences and with
 cu_seqlens past the packed tensors (which the kernels must clamp), also for
 varlen q over a KV cache; FP8:
@@ -16,6 +16,7 @@ import torch
 
 import flash3
 
+# head_dim: an int, or (head_dim, head_dim_v).
 CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, window, softcap, sinks)
     (1, 17, 113, 2, 1, 64, False, (-1, -1), 0.0, False),
     (2, 113, 17, 4, 2, 128, True, (-1, -1), 0.0, True),
@@ -29,7 +30,13 @@ CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, wi
     (4, 333, 200, 16, 4, 128, False, (-1, -1), 0.0, True),
     (2, 129, 211, 4, 2, 96, True, (-1, -1), 0.0, True),
     (1, 211, 129, 2, 1, 192, False, (50, 7), 0.0, False),
+    (2, 129, 211, 4, 2, (192, 128), True, (-1, -1), 0.0, True),
+    (4, 333, 200, 16, 4, (192, 128), False, (30, 5), 3.0, False),
 ]
+
+
+def head_dims(head_dim):
+    return head_dim if isinstance(head_dim, tuple) else (head_dim, head_dim)
 
 # (seqlen_q, seqlen_k) per sequence, packed.
 VARLEN_LENGTHS = [(17, 17), (0, 5), (113, 255), (255, 113), (5, 0), (130, 131)]
@@ -45,10 +52,10 @@ def varlen_cases(dtype):
     # Starts past the end or negative, a length past the end: clamped, not accessed.
     bad = torch.tensor([0, 10**6, -5, total_q, total_q - 1, total_q + 7, total_q],
                        dtype=torch.int32, device="cuda")
-    for d in (64, 96, 128, 192, 256):
+    for d, dv in map(head_dims, (64, 96, 128, 192, 256, (192, 128))):
         q = torch.randn(total_q, 4, d, device="cuda", dtype=dtype)
         k = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
-        v = torch.randn(total_k, 2, d, device="cuda", dtype=dtype)
+        v = torch.randn(total_k, 2, dv, device="cuda", dtype=dtype)
         q, k, v = (x.requires_grad_() for x in (q, k, v))
         sinks = torch.zeros(4, device="cuda", requires_grad=True)
         for causal, window, deterministic in ((False, (-1, -1), False), (True, (-1, -1), True),
@@ -62,7 +69,7 @@ def varlen_cases(dtype):
                                                 deterministic=deterministic)
             out.backward(torch.randn_like(out))
         torch.cuda.synchronize()
-        print(f"ok varlen {dtype} d={d}")
+        print(f"ok varlen {dtype} d={d} dv={dv}")
 
 
 def fp8_cases():
@@ -139,10 +146,11 @@ def main():
     kvcache_cases()
     fp8_cases()
     for dtype in (torch.bfloat16, torch.float16):
-        for b, sq, sk, hq, hkv, d, causal, window, softcap, with_sinks in CASES:
+        for b, sq, sk, hq, hkv, head_dim, causal, window, softcap, with_sinks in CASES:
+            d, dv = head_dims(head_dim)
             q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
             k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
-            v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype)
+            v = torch.randn(b, sk, hkv, dv, device="cuda", dtype=dtype)
             sinks = torch.randn(hq, device="cuda") if with_sinks else None
             # ALiBi (per batch entry) where it is supported: no softcap, d <= 128.
             alibi = None if softcap or d > 192 else torch.rand(b, hq, device="cuda")
@@ -154,7 +162,7 @@ def main():
                 torch.ops.flash3.bwd(dout, q, k, v, out, lse, None, causal, deterministic, *window,
                                      softcap, sinks, alibi)
             torch.cuda.synchronize()
-            print(f"ok {dtype} b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} causal={causal} "
+            print(f"ok {dtype} b={b} sq={sq} sk={sk} hq={hq} hkv={hkv} d={d} dv={dv} causal={causal} "
                   f"window={window} softcap={softcap} sinks={with_sinks}")
         varlen_cases(dtype)
 

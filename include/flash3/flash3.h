@@ -40,8 +40,9 @@ extern "C" {
  *     rotary_*) in flash3_fwd_params.
  * v9: pack_gqa in flash3_fwd_params (was v8_padding: a zeroed v8 struct asks
  *     for the automatic choice); varlen q over a KV cache (cu_seqlens_q
- *     without cu_seqlens_k); ALiBi (alibi_slopes) in both params structs. */
-#define FLASH3_ABI_VERSION 9
+ *     without cu_seqlens_k); ALiBi (alibi_slopes) in both params structs.
+ * v10: head_dim_v in both params structs (V's and out's head dim). */
+#define FLASH3_ABI_VERSION 10
 
 typedef enum flash3_status {
   FLASH3_OK = 0,
@@ -84,8 +85,8 @@ typedef struct flash3_fwd_params {
   uint64_t struct_size; /* sizeof(flash3_fwd_params) as the caller compiled it */
   flash3_tensor q;      /* (batch, seqlen_q, num_heads_q, head_dim) */
   flash3_tensor k;      /* (batch, seqlen_k, num_heads_kv, head_dim) */
-  flash3_tensor v;      /* (batch, seqlen_k, num_heads_kv, head_dim) */
-  flash3_tensor out;    /* (batch, seqlen_q, num_heads_q, head_dim), same dtype as q */
+  flash3_tensor v;      /* (batch, seqlen_k, num_heads_kv, head_dim_v) */
+  flash3_tensor out;    /* (batch, seqlen_q, num_heads_q, head_dim_v), same dtype as q */
   float* lse;           /* optional (NULL): (batch, num_heads_q, seqlen_q) fp32, contiguous, natural log */
   int32_t dtype;        /* flash3_dtype of q, k, v and out */
   int32_t batch;
@@ -183,6 +184,10 @@ typedef struct flash3_fwd_params {
    * seqlen_k - seqlen_q - j| (per sequence). 16-bit, head_dim <= 192, no softcap. */
   const float* alibi_slopes;
   int64_t alibi_slopes_batch_stride;
+  /* v10. V's and out's head dim, 0 for head_dim; it may differ only as
+   * (head_dim 192, head_dim_v 128), 16-bit and without a KV cache. */
+  int32_t head_dim_v;
+  int32_t v10_padding;  /* ignored */
 } flash3_fwd_params;
 
 /* Fills *params with defaults: struct_size set, windows -1, everything else zero. */
@@ -266,6 +271,9 @@ typedef struct flash3_bwd_params {
   /* v9: the forward's ALiBi slopes, as in flash3_fwd_params. */
   const float* alibi_slopes;
   int64_t alibi_slopes_batch_stride;
+  /* v10: as in flash3_fwd_params; dv and dout are shaped like v and out. */
+  int32_t head_dim_v;
+  int32_t v10_padding;  /* ignored */
 } flash3_bwd_params;
 
 FLASH3_API void flash3_bwd_params_init(flash3_bwd_params* params);

@@ -56,8 +56,8 @@ struct Fp8Scale {
 struct ForwardParams {
   Tensor4d q;    // (batch, seqlen_q, heads_q, head_dim)
   Tensor4d k;    // (batch, seqlen_k, heads_kv, head_dim)
-  Tensor4d v;    // (batch, seqlen_k, heads_kv, head_dim)
-  Tensor4d out;  // (batch, seqlen_q, heads_q, head_dim)
+  Tensor4d v;    // (batch, seqlen_k, heads_kv, head_dim_v)
+  Tensor4d out;  // (batch, seqlen_q, heads_q, head_dim_v)
   float* lse = nullptr;  // optional: (batch, heads_q, seqlen_q) fp32 contiguous
   DType dtype = DType::kBFloat16;
   int batch = 0;
@@ -66,6 +66,9 @@ struct ForwardParams {
   int heads_q = 0;
   int heads_kv = 0;
   int head_dim = 0;
+  // V's and out's head dim, 0 for head_dim. It may differ only as (192,
+  // 128) (DeepSeek's), for 16-bit dtypes and without a KV cache.
+  int head_dim_v = 0;
   float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim)
   bool causal = false;        // bottom-right aligned when seqlen_q != seqlen_k
   // Sliding window: query i sees keys j with i + d - window_left <= j <= i + d
@@ -216,7 +219,7 @@ Status combine(const CombineParams& params, cudaStream_t stream);
 struct BackwardParams {
   Tensor4d q;     // (batch, seqlen_q, heads_q, head_dim), as given to forward
   Tensor4d k;     // (batch, seqlen_k, heads_kv, head_dim)
-  Tensor4d v;     // (batch, seqlen_k, heads_kv, head_dim)
+  Tensor4d v;     // (batch, seqlen_k, heads_kv, head_dim_v)
   Tensor4d out;   // forward's output
   Tensor4d dout;  // gradient of the loss with respect to out
   const float* lse = nullptr;  // forward's LSE: (batch, heads_q, seqlen_q) fp32 contiguous
@@ -230,6 +233,7 @@ struct BackwardParams {
   int heads_q = 0;
   int heads_kv = 0;
   int head_dim = 0;
+  int head_dim_v = 0;          // as in ForwardParams (0: head_dim)
   float softmax_scale = 0.f;   // 0 selects 1/sqrt(head_dim); must match the forward's
   bool causal = false;
   int window_left = -1;   // as in ForwardParams; must match the forward's

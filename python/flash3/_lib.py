@@ -12,7 +12,7 @@ import struct
 import threading
 
 # Must equal FLASH3_ABI_VERSION in flash3.h; the structs below mirror that version.
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 _LIBRARY_NAME = "libflash3.so"
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -143,6 +143,8 @@ class FwdParams(ctypes.Structure):
         ("pack_gqa", ctypes.c_int32),
         ("alibi_slopes", ctypes.c_void_p),
         ("alibi_slopes_batch_stride", ctypes.c_int64),
+        ("head_dim_v", ctypes.c_int32),
+        ("v10_padding", ctypes.c_int32),
     ]
 
     def __init__(self, **fields):
@@ -214,6 +216,8 @@ class BwdParams(ctypes.Structure):
         ("total_k", ctypes.c_int32),
         ("alibi_slopes", ctypes.c_void_p),
         ("alibi_slopes_batch_stride", ctypes.c_int64),
+        ("head_dim_v", ctypes.c_int32),
+        ("v10_padding", ctypes.c_int32),
     ]
 
     def __init__(self, **fields):
@@ -268,8 +272,9 @@ _FWD_PACKER = struct.Struct(
 # rotary_q_per_row and pack_gqa.
 _FWD_CACHE_PACKER = struct.Struct("@3Pq3i4xPQ" + "P4q" * 2 + "2P" + "6i")
 
-# ALiBi's slopes pointer and batch stride, packed on every call at their offset.
-_FWD_ALIBI_PACKER = struct.Struct("@Pq")
+# ALiBi's slopes pointer and batch stride, then head_dim_v (0: head_dim),
+# packed on every call at alibi_slopes' offset.
+_FWD_TAIL_PACKER = struct.Struct("@Pqi")
 NO_ALIBI = (0, 0)
 
 
@@ -278,8 +283,8 @@ def _check_packer_layout():
     for packer, first, last in ((_FWD_PACKER, None, FwdParams.total_k),
                                 (_FWD_CACHE_PACKER, FwdParams.kv_batch_idx,
                                  FwdParams.pack_gqa),
-                                (_FWD_ALIBI_PACKER, FwdParams.alibi_slopes,
-                                 FwdParams.alibi_slopes_batch_stride)):
+                                (_FWD_TAIL_PACKER, FwdParams.alibi_slopes,
+                                 FwdParams.head_dim_v)):
         start = 0 if first is None else first.offset
         if packer.size != last.offset + last.size - start:
             raise ImportError(
@@ -461,13 +466,13 @@ class FwdLauncher:
             cached = self._local.params = (params, ctypes.addressof(params))
         return cached
 
-    def _pack(self, fields, cache, alibi):
+    def _pack(self, fields, cache, alibi, head_dim_v):
         params, address = self._params()
         try:
             _FWD_PACKER.pack_into(params, 0, self._size, *fields)
             if self._with_cache:
                 _FWD_CACHE_PACKER.pack_into(params, FwdParams.kv_batch_idx.offset, *cache)
-            _FWD_ALIBI_PACKER.pack_into(params, FwdParams.alibi_slopes.offset, *alibi)
+            _FWD_TAIL_PACKER.pack_into(params, FwdParams.alibi_slopes.offset, *alibi, head_dim_v)
         except struct.error as e:
             # A size or stride that does not fit the ABI's int32/int64 fields.
             raise Flash3InvalidArgument(
@@ -478,18 +483,20 @@ class FwdLauncher:
             ) from None
         return address
 
-    def __call__(self, stream, fields, cache=(), alibi=NO_ALIBI):
+    def __call__(self, stream, fields, cache=(), alibi=NO_ALIBI, head_dim_v=0):
         """`fields`: the values of FwdParams after struct_size, in order, with
         each tensor flattened to (data, stride0, stride1, stride2, stride3)
         and lse, sinks and varlen's arrays as addresses (0 for NULL); `cache`
         (with_cache only): the fields from kv_batch_idx to pack_gqa, the
-        padding left out; `alibi`: (alibi_slopes address, its batch stride)."""
-        status = self._fwd(self._pack(fields, cache, alibi), stream)
+        padding left out; `alibi`: (alibi_slopes address, its batch stride);
+        `head_dim_v`: v's and out's head dim (0: q's)."""
+        status = self._fwd(self._pack(fields, cache, alibi, head_dim_v), stream)
         if status:
             raise_for_status(status)
 
-    def workspace_size(self, fields, cache=(), alibi=NO_ALIBI):
+    def workspace_size(self, fields, cache=(), alibi=NO_ALIBI, head_dim_v=0):
         """flash3_fwd_workspace_size of the same fields (workspace ignored)."""
         size = ctypes.c_uint64(0)
-        raise_for_status(self._workspace_size(self._pack(fields, cache, alibi), ctypes.byref(size)))
+        raise_for_status(self._workspace_size(self._pack(fields, cache, alibi, head_dim_v),
+                                              ctypes.byref(size)))
         return size.value

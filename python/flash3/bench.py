@@ -44,7 +44,8 @@ VARLEN_LENGTHS = (128, 8192)  # drawn uniformly (inclusive), seed 0
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m flash3.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    p.add_argument("--hdims", type=_int_list, default=None, help="comma list, default 64,128,256")
+    p.add_argument("--hdims", type=_hdim_list, default=None,
+                   help="comma list, default 64,128,256; DxDV for v's head dim apart (192x128)")
     p.add_argument("--seqlens", type=_int_list, default=None,
                    help="comma list, default 512,...,16384 (batch = 16384 / seqlen)")
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
@@ -86,6 +87,10 @@ def parse_args(argv):
             p.error(f"--backends: each must be one of {', '.join(BACKENDS)}; got {name!r}")
     if args.backends and "flash3" not in args.backends:
         p.error("--backends: must include flash3 (the ratios are flash3's)")
+    pairs = [d for d in args.hdims or () if isinstance(d, tuple)]
+    if pairs and (args.varlen or args.window is not None):
+        p.error(f"--hdims: head-dim pairs ({pairs[0][0]}x{pairs[0][1]}) only for the training "
+                "shapes (not with --varlen or --window)")
     if args.varlen:
         args.hdims = args.hdims or (128,)
         return args
@@ -100,8 +105,9 @@ def parse_args(argv):
         if s <= 0 or TOKENS % s:
             p.error(f"--seqlens: each must divide {TOKENS} (batch = {TOKENS} / seqlen); got {s}")
     for d in args.hdims:
-        if d <= 0 or d > HIDDEN:
-            p.error(f"--hdims: each must be in [1, {HIDDEN}] (heads = {HIDDEN} // hdim); got {d}")
+        for dim in d if isinstance(d, tuple) else (d,):
+            if dim <= 0 or dim > HIDDEN:
+                p.error(f"--hdims: each must be in [1, {HIDDEN}] (heads = {HIDDEN} // hdim); got {dim}")
     return args
 
 
@@ -109,19 +115,38 @@ def _int_list(text):
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def forward_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal):
-    flops = 4 * batch * heads * seqlen_q * seqlen_k * head_dim
+def _hdim_list(text):
+    """Head dims: ints, or (head_dim, head_dim_v) for "DxDV"."""
+    return tuple(tuple(int(y) for y in x.split("x")) if "x" in x else int(x)
+                 for x in text.split(",") if x)
+
+
+def split_hdim(hdim):
+    """(q's and k's head dim, v's) of an --hdims entry."""
+    return hdim if isinstance(hdim, tuple) else (hdim, hdim)
+
+
+def forward_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, head_dim_v=None):
+    # S = Q K^T costs 2 * sq * sk * head_dim, O = P V 2 * sq * sk * head_dim_v.
+    dims = head_dim + (head_dim if head_dim_v is None else head_dim_v)
+    flops = 2 * batch * heads * seqlen_q * seqlen_k * dims
     # Count only unmasked scores; the exact count for sq == sk is n(n+1)/2,
     # DESIGN.md rounds it to half.
     return flops // 2 if causal and seqlen_q == seqlen_k else flops
 
 
 def training_shapes(hdims, seqlens, causal_modes):
-    for head_dim in hdims:
+    for hdim in hdims:
+        head_dim, head_dim_v = split_hdim(hdim)
         for causal in causal_modes:
             for seqlen in seqlens:
-                yield dict(head_dim=head_dim, causal=causal, seqlen=seqlen,
+                yield dict(head_dim=head_dim, head_dim_v=head_dim_v, causal=causal, seqlen=seqlen,
                            batch=TOKENS // seqlen, heads=HIDDEN // head_dim)
+
+
+def hdim_label(shape):
+    d, dv = shape["head_dim"], shape.get("head_dim_v", shape["head_dim"])
+    return f"{d}" if d == dv else f"{d}x{dv}"
 
 
 def _make_timer(torch, quick):
@@ -245,7 +270,7 @@ def _check(torch, calls, dtype_name, log):
 
 
 def _format_row(shape, tflops, check):
-    cells = [f"{shape['head_dim']:>4}", f"{'yes' if shape['causal'] else 'no':>6}",
+    cells = [f"{hdim_label(shape):>4}", f"{'yes' if shape['causal'] else 'no':>6}",
              f"{shape['seqlen']:>6}", f"{shape['batch']:>5}", f"{shape['heads']:>5}", "|"]
     for name in tflops:
         value = tflops[name]
@@ -299,7 +324,7 @@ def _environment(torch, timer_name, dtype_name):
         "library": library,
         "dtype": dtype_name,
         "timer": timer_name,
-        "flops": "4*b*h*sq*sk*d, halved for causal with sq == sk",
+        "flops": "2*b*h*sq*sk*(d + dv) (dv: v's head dim, d unless given), halved for causal with sq == sk",
     }
 
 
@@ -476,7 +501,7 @@ def run(args):
     if args.sinks:
         env["pass"] += " (flash3 with sinks)"
     if args.bwd:
-        env["flops"] = "2.5 x forward: 10*b*h*sq*sk*d, halved for causal with sq == sk"
+        env["flops"] = "2.5 x forward: 5*b*h*sq*sk*(d + dv), halved for causal with sq == sk"
     print(f"flash3 bench: {env['pass']}, {args.dtype}, {env['device']} ({env['capability']}), torch {env['torch']}, "
           f"cuDNN {env['cudnn']}, {timer_name}; TFLOP/s", flush=True)
     names = args.backends or (BWD_BACKENDS if args.bwd else BACKENDS)
@@ -487,15 +512,15 @@ def run(args):
     results, failed_checks = [], 0
     for shape in training_shapes(args.hdims, args.seqlens, causal_modes):
         b, s, h, d = shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"]
-        q, k, v = (torch.randn(b, s, h, d, dtype=dtype, device="cuda", requires_grad=args.bwd)
-                   for _ in range(3))
+        q, k, v = (torch.randn(b, s, h, dim, dtype=dtype, device="cuda", requires_grad=args.bwd)
+                   for dim in (d, d, shape["head_dim_v"]))
         sinks = (torch.randn(h, dtype=torch.float32, device="cuda", requires_grad=args.bwd)
                  if args.sinks else None)
         calls = _backend_calls(torch, q, k, v, shape["causal"], args.deterministic, names, sinks)
         check = _check(torch, calls, args.dtype, log) if args.check else None
         if check is not None and not check["ok"]:
             failed_checks += 1
-        flops = forward_flops(b, h, s, s, d, shape["causal"])
+        flops = forward_flops(b, h, s, s, d, shape["causal"], shape["head_dim_v"])
         if args.bwd:
             flops = flops * 5 // 2
         ms, tflops, peak_mib = {}, {}, {}
@@ -538,14 +563,14 @@ def plot(results, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    hdims = sorted({r["head_dim"] for r in results})
+    hdims = sorted({hdim_label(r) for r in results}, key=lambda label: tuple(map(int, label.split("x"))))
     causals = sorted({r["causal"] for r in results})
     fig, axes = plt.subplots(len(hdims), len(causals), squeeze=False,
                              figsize=(5 * len(causals), 3.5 * len(hdims)))
     for i, d in enumerate(hdims):
         for j, causal in enumerate(causals):
             ax = axes[i][j]
-            rows = sorted((r for r in results if r["head_dim"] == d and r["causal"] == causal),
+            rows = sorted((r for r in results if hdim_label(r) == d and r["causal"] == causal),
                           key=lambda r: r["seqlen"])
             for name in BACKENDS:
                 points = [(r["seqlen"], r["tflops"][name]) for r in rows

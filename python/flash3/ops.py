@@ -40,7 +40,7 @@ def _inputs_ok(q, k, v):
         q.is_cuda and k.is_cuda and v.is_cuda
         and k.get_device() == device and v.get_device() == device
         and q.dtype in _ABI_DTYPE and k.dtype == q.dtype and v.dtype == q.dtype
-        and len(qs) == 4 and len(ks) == 4 and v.shape == ks
+        and len(qs) == 4 and len(ks) == 4 and v.shape[:3] == ks[:3]
         and ks[0] == qs[0] and ks[3] == qs[3]
     )
 
@@ -63,13 +63,20 @@ def _check_inputs(q, k, v, need_cuda):
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
             raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
-    # The ABI has one batch and one head_dim, and one (seqlen_k, heads_kv) for k and v.
+    # The ABI has one batch, q's and k's head_dim, v's head_dim_v (the library
+    # says which pairs it takes), and one (seqlen_k, heads_kv) for k and v.
     if k.shape[0] != q.shape[0]:
         raise _invalid(f"k: batch must equal q's ({q.shape[0]}); got {k.shape[0]}")
     if k.shape[3] != q.shape[3]:
         raise _invalid(f"k: head_dim must equal q's ({q.shape[3]}); got {k.shape[3]}")
-    if v.shape != k.shape:
-        raise _invalid(f"v: shape must equal k's {tuple(k.shape)}; got {tuple(v.shape)}")
+    _check_v_shape(k, v)
+
+
+def _check_v_shape(k, v):
+    """v is shaped like k but for its head dim (head_dim_v)."""
+    if v.shape[:-1] != k.shape[:-1]:
+        raise _invalid(f"v: shape must equal k's {tuple(k.shape)} but for the last (head) dim; "
+                       f"got {tuple(v.shape)}")
 
 
 def _check_sinks(sinks, q):
@@ -226,7 +233,8 @@ def _launch(q, k, v, out, lse, softmax_scale, causal, window_left=-1, window_rig
         _launcher = _lib.FwdLauncher()
     fields = _fwd_fields(q, k, v, out, lse, softmax_scale, causal, window_left, window_right,
                          softcap, sinks, varlen)
-    _on_device(q.get_device(), lambda stream: _launcher(stream, fields, (), alibi))
+    head_dim_v = v.shape[-1]
+    _on_device(q.get_device(), lambda stream: _launcher(stream, fields, (), alibi, head_dim_v))
 
 
 def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, sinks=None,
@@ -238,7 +246,7 @@ def _forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap,
     _check_sinks(sinks, q)
     alibi = _check_alibi(alibi_slopes, q.shape[0], q)
     # empty_like and new_empty parse fewer arguments than torch.empty (~3 us less).
-    out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    out = _empty_out(q, v)
     lse = None
     if want_lse:
         batch, seqlen_q, num_heads_q, _ = q.shape
@@ -278,7 +286,7 @@ def _fwd_fake(q, k, v, softmax_scale, causal, deterministic=False, window_left=-
     _check_alibi(alibi_slopes, q.shape[0], q)
     _abi_scale(softmax_scale)
     batch, seqlen_q, num_heads_q, _ = q.shape
-    out = q.new_empty(q.shape)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
     lse = q.new_empty((batch, num_heads_q, seqlen_q), dtype=_FLOAT32)
     return out, lse
 
@@ -289,12 +297,14 @@ def _dense(t):
     return t if t.is_contiguous() else t.contiguous()
 
 
-def _check_bwd_inputs(dout, q, out, lse, varlen=False):
+def _check_bwd_inputs(dout, q, v, out, lse, varlen=False):
     """What the C ABI cannot see of the backward's extra tensors: their shapes
     and dtypes (it has one set of sizes, and lse is a bare pointer)."""
+    out_shape = (*q.shape[:-1], v.shape[-1])
     for name, t in (("out", out), ("dout", dout)):
-        if t.shape != q.shape:
-            raise _invalid(f"{name}: shape must equal q's {tuple(q.shape)}; got {tuple(t.shape)}")
+        if tuple(t.shape) != out_shape:
+            raise _invalid(f"{name}: shape must be q's with v's head dim, {out_shape}; "
+                           f"got {tuple(t.shape)}")
         if t.dtype != q.dtype:
             raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
         if t.device != q.device:
@@ -311,6 +321,13 @@ def _check_bwd_inputs(dout, q, out, lse, varlen=False):
             f"got {lse.dtype} {tuple(lse.shape)}{'' if lse.is_contiguous() else ' non-contiguous'}")
     if lse.device != q.device:
         raise _invalid(f"lse: must be on q's device ({q.device}); got {lse.device}")
+
+
+def _empty_out(q, v):
+    """out: q's shape with v's head dim, contiguous."""
+    if v.shape[-1] == q.shape[-1]:
+        return torch.empty_like(q, memory_format=_CONTIGUOUS)
+    return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
 def _empty_dsinks(q, sinks):
@@ -340,6 +357,7 @@ def _launch_bwd(dout, q, k, v, out, lse, dq, dk, dv, dsinks, softmax_scale, caus
     params = _lib.BwdParams(
         dtype=_ABI_DTYPE[q.dtype], batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
         num_heads_q=num_heads_q, num_heads_kv=num_heads_kv, head_dim=head_dim,
+        head_dim_v=v.shape[-1],
         softmax_scale=_abi_scale(softmax_scale), causal=1 if causal else 0,
         deterministic=1 if deterministic else 0, lse=lse.data_ptr(),
         window_left=window_left, window_right=window_right, softcap=float(softcap),
@@ -366,7 +384,7 @@ def _backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, win
     dsinks with sinks), launch. (dq, dk, dv need nothing of the sinks: the
     forward's lse holds them.)"""
     _check_inputs(q, k, v, need_cuda=True)
-    _check_bwd_inputs(dout, q, out, lse)
+    _check_bwd_inputs(dout, q, v, out, lse)
     _check_sinks(sinks, q)
     alibi = _check_alibi(alibi_slopes, q.shape[0], q)
     dq = torch.empty_like(q, memory_format=_CONTIGUOUS)
@@ -406,7 +424,7 @@ def bwd(
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic, window_left=-1,
               window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
     _check_inputs(q, k, v, need_cuda=False)
-    _check_bwd_inputs(dout, q, out, lse)
+    _check_bwd_inputs(dout, q, v, out, lse)
     _check_sinks(sinks, q)
     _check_alibi(alibi_slopes, q.shape[0], q)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
@@ -497,7 +515,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     q: (batch, seqlen_q, heads_q, head_dim); k, v: (batch, seqlen_k, heads_kv,
     head_dim), float16 or bfloat16 CUDA tensors, last dim contiguous, other
     strides arbitrary; heads_q % heads_kv == 0 (GQA/MQA: query head i uses
-    key/value head i // (heads_q // heads_kv)).
+    key/value head i // (heads_q // heads_kv)). v may have its own head dim
+    where the library has the pair (192 for q and k, 128 for v); out has v's.
     softmax_scale: None for 1/sqrt(head_dim).
     causal: mask aligned to the bottom-right corner (query i sees key j iff
     j <= i + seqlen_k - seqlen_q); rows that see no key give 0 and lse -inf.

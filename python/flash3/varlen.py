@@ -17,8 +17,9 @@ import torch
 
 from . import _lib
 from .ops import (_ABI_DTYPE, _CONTIGUOUS, _FLOAT32, _Tensor, _abi_scale, _abi_window,
-                  _can_skip_dispatcher, _check_alibi, _check_bwd_inputs, _check_sinks, _dense,
-                  _empty_dsinks, _invalid, _launch, _launch_bwd, _sinks_as_fp32)
+                  _can_skip_dispatcher, _check_alibi, _check_bwd_inputs, _check_sinks,
+                  _check_v_shape, _dense, _empty_dsinks, _empty_out, _invalid, _launch,
+                  _launch_bwd, _sinks_as_fp32)
 
 _INT32 = torch.int32
 
@@ -40,8 +41,7 @@ def _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused
             raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
     if k.shape[2] != q.shape[2]:
         raise _invalid(f"k: head_dim must equal q's ({q.shape[2]}); got {k.shape[2]}")
-    if v.shape != k.shape:
-        raise _invalid(f"v: shape must equal k's {tuple(k.shape)}; got {tuple(v.shape)}")
+    _check_v_shape(k, v)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.shape[0] < 1:
             raise _invalid(f"{name}: expected a 1-d int32 tensor of batch + 1 offsets; got "
@@ -84,7 +84,7 @@ def _forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
                          max_seqlen_q, max_seqlen_k, need_cuda=True)
     _check_sinks(sinks, q[None])
     alibi = _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
-    out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    out = _empty_out(q, v)
     lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32) if want_lse else None
     _launch(q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, sinks,
             varlen=(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q,
@@ -131,7 +131,8 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     _check_sinks(sinks, q[None])
     _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     _abi_scale(softmax_scale)
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32)
+    return (q.new_empty((*q.shape[:-1], v.shape[-1])),
+            q.new_empty((q.shape[1], q.shape[0]), dtype=_FLOAT32))
 
 
 def _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -139,7 +140,7 @@ def _backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
                      window_right, softcap, sinks, seqused_q, seqused_k, alibi_slopes=None):
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=True)
-    _check_bwd_inputs(dout, q, out, lse, varlen=True)
+    _check_bwd_inputs(dout, q, v, out, lse, varlen=True)
     _check_sinks(sinks, q[None])
     alibi = _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     # Rows in no sequence get no gradient from the kernels: zeros, not garbage.
@@ -192,7 +193,7 @@ def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_se
                      alibi_slopes=None):
     _check_varlen_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k,
                          max_seqlen_q, max_seqlen_k, need_cuda=False)
-    _check_bwd_inputs(dout, q, out, lse, varlen=True)
+    _check_bwd_inputs(dout, q, v, out, lse, varlen=True)
     _check_sinks(sinks, q[None])
     _check_alibi(alibi_slopes, cu_seqlens_q.shape[0] - 1, q)
     return (torch.empty_like(q, memory_format=_CONTIGUOUS),
@@ -235,7 +236,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """Exact attention over a batch of packed sequences of different lengths.
 
     q: (total_q, heads_q, head_dim); k, v: (total_k, heads_kv, head_dim),
-    float16 or bfloat16 CUDA tensors (last dim contiguous). cu_seqlens_q,
+    float16 or bfloat16 CUDA tensors (last dim contiguous); v's head dim may
+    differ as in flash_attn_func. cu_seqlens_q,
     cu_seqlens_k: (batch + 1,) int32 on q's device, non-decreasing from 0:
     sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 (length 0 is
     allowed). seqused_q / seqused_k: optional (batch,) int32, sequence b is

@@ -3,6 +3,7 @@
 // zero dQ's accumulator) -> dsinks -> main kernel and dQ conversion.
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "bwd_workspace.hpp"
 #include "device_check.hpp"
@@ -22,9 +23,9 @@ using host::CheckResult;
 // forward only and fp32 a combine output: validation refuses both.
 std::optional<cudaError_t> dispatch(const BackwardParams& p, const kernels::BwdWorkspaceView& ws,
                                     cudaStream_t stream) {
-#define FLASH3_DISPATCH(DTYPE, HEAD_DIM)                 \
-  if (p.dtype == DType::DTYPE && p.head_dim == HEAD_DIM) \
-    return kernels::run_bwd<DType::DTYPE, HEAD_DIM>(p, ws, stream);
+#define FLASH3_DISPATCH(DTYPE, HEAD_DIM, HEAD_DIM_V)                                        \
+  if (p.dtype == DType::DTYPE && p.head_dim == HEAD_DIM && p.head_dim_v == HEAD_DIM_V) \
+    return kernels::run_bwd<DType::DTYPE, HEAD_DIM, HEAD_DIM_V>(p, ws, stream);
   FLASH3_FOR_EACH_BUILT_16BIT(FLASH3_DISPATCH)
 #undef FLASH3_DISPATCH
   return std::nullopt;
@@ -54,9 +55,8 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
           e != cudaSuccess)
         return cuda_failure(e);
     const int rows_k = varlen ? p.total_k : p.seqlen_k;
-    for (const Tensor4d* t : {&p.dk, &p.dv})
-      if (cudaError_t e = kernels::run_zero_fill(*t, batch, rows_k, p.heads_kv, p.head_dim, stream);
-          e != cudaSuccess)
+    for (auto [t, dim] : {std::pair{&p.dk, p.head_dim}, std::pair{&p.dv, p.head_dim_v}})
+      if (cudaError_t e = kernels::run_zero_fill(*t, batch, rows_k, p.heads_kv, dim, stream); e != cudaSuccess)
         return cuda_failure(e);
     return {};
   }
@@ -67,7 +67,7 @@ CheckResult launch(const BackwardParams& p, cudaStream_t stream) {
     return CheckResult::fail(
         Status::kInternal, host::cat("flash3 internal error: no backward kernel for dtype ",
                                      static_cast<int>(p.dtype), " head_dim ", p.head_dim,
-                                     " although validation passed"));
+                                     " head_dim_v ", p.head_dim_v, " although validation passed"));
   if (*launched != cudaSuccess) return cuda_failure(*launched);
   if (p.dsinks != nullptr)
     if (cudaError_t e = kernels::run_bwd_sink_grad(p, ws, stream); e != cudaSuccess) return cuda_failure(e);
@@ -87,6 +87,7 @@ Status backward_checked(const BackwardParams& params, cudaStream_t stream) {
   if (CheckResult r = host::check_device_pointers(params, device); !r.ok()) return host::record(r);
 
   BackwardParams resolved = params;
+  resolved.head_dim_v = host::head_dim_v(params);
   if (resolved.softmax_scale == 0.f)
     resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
   host::resolve_window(resolved);

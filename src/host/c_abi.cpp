@@ -30,7 +30,9 @@ static_assert(offsetof(flash3_fwd_params, kv_batch_idx) == kFwdParamsSizeV6);
 static_assert(offsetof(flash3_fwd_params, k_new) == kFwdParamsSizeV7);
 constexpr uint64_t kFwdParamsSizeV9 = 576;
 static_assert(offsetof(flash3_fwd_params, alibi_slopes) == kFwdParamsSizeV8);
-static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV9,
+static_assert(offsetof(flash3_fwd_params, head_dim_v) == kFwdParamsSizeV9);
+constexpr uint64_t kFwdParamsSizeV10 = 584;
+static_assert(sizeof(flash3_fwd_params) == kFwdParamsSizeV10,
               "flash3_fwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 constexpr uint64_t kQuantizeParamsSizeV6 = sizeof(flash3_quantize_fp8_params);
@@ -45,7 +47,9 @@ static_assert(offsetof(flash3_bwd_params, sinks) == kBwdParamsSizeV2);
 static_assert(offsetof(flash3_bwd_params, cu_seqlens_q) == kBwdParamsSizeV4);
 constexpr uint64_t kBwdParamsSizeV9 = 480;
 static_assert(offsetof(flash3_bwd_params, alibi_slopes) == kBwdParamsSizeV5);
-static_assert(sizeof(flash3_bwd_params) == kBwdParamsSizeV9,
+static_assert(offsetof(flash3_bwd_params, head_dim_v) == kBwdParamsSizeV9);
+constexpr uint64_t kBwdParamsSizeV10 = 488;
+static_assert(sizeof(flash3_bwd_params) == kBwdParamsSizeV10,
               "flash3_bwd_params changed: bump FLASH3_ABI_VERSION and keep older callers working");
 
 // The C and C++ enums are the same numbers, so conversions are casts.
@@ -92,6 +96,7 @@ flash3::ForwardParams to_cpp(const flash3_fwd_params& p) {
   out.heads_q = p.num_heads_q;
   out.heads_kv = p.num_heads_kv;
   out.head_dim = p.head_dim;
+  out.head_dim_v = p.head_dim_v;
   out.softmax_scale = p.softmax_scale;
   out.causal = p.causal != 0;
   out.window_left = p.window_left;
@@ -190,6 +195,7 @@ flash3::BackwardParams to_cpp(const flash3_bwd_params& p) {
   out.heads_q = p.num_heads_q;
   out.heads_kv = p.num_heads_kv;
   out.head_dim = p.head_dim;
+  out.head_dim_v = p.head_dim_v;
   out.softmax_scale = p.softmax_scale;
   out.causal = p.causal != 0;
   out.deterministic = p.deterministic != 0;

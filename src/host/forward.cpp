@@ -21,31 +21,36 @@ namespace {
 using host::CheckResult;
 
 // The kernel families dispatch() can call: the forward (any dtype) and the
-// KV-cache forward (16-bit only).
+// KV-cache forward (16-bit, V's head dim Q's).
 struct RunFwd {
   static constexpr bool kHasFp8 = true;
-  template <DType kDType, int kHeadDim>
-  static cudaError_t run(const ForwardParams& p, cudaStream_t stream) {
-    return kernels::run_fwd<kDType, kHeadDim>(p, stream);
+  template <DType kDType, int kHeadDim, int kHeadDimV>
+  static std::optional<cudaError_t> run(const ForwardParams& p, cudaStream_t stream) {
+    return kernels::run_fwd<kDType, kHeadDim, kHeadDimV>(p, stream);
   }
 };
 
 struct RunFwdKvCache {
   static constexpr bool kHasFp8 = false;
-  template <DType kDType, int kHeadDim>
-  static cudaError_t run(const ForwardParams& p, cudaStream_t stream) {
-    return kernels::run_fwd_kvcache<kDType, kHeadDim>(p, stream);
+  template <DType kDType, int kHeadDim, int kHeadDimV>
+  static std::optional<cudaError_t> run(const ForwardParams& p, cudaStream_t stream) {
+    if constexpr (kHeadDimV != kHeadDim) {
+      return std::nullopt;
+    } else {
+      return kernels::run_fwd_kvcache<kDType, kHeadDim>(p, stream);
+    }
   }
 };
 
 // Only instantiations that were built are referenced (the lists of
-// flash3_built_kernels.h come from CMake's FLASH3_DTYPES x FLASH3_HEAD_DIMS);
-// validation has already rejected the others, so reaching the end is a bug.
+// flash3_built_kernels.h come from CMake's FLASH3_DTYPES x FLASH3_HEAD_DIMS
+// and FLASH3_HEAD_DIM_PAIRS); validation has already rejected the others,
+// so reaching the end is a bug. `p` is resolved: head_dim_v is set.
 template <class Runner>
 std::optional<cudaError_t> dispatch(const ForwardParams& p, cudaStream_t stream) {
-#define FLASH3_DISPATCH(DTYPE, HEAD_DIM)                         \
-  if (p.dtype == DType::DTYPE && p.head_dim == HEAD_DIM)         \
-    return Runner::template run<DType::DTYPE, HEAD_DIM>(p, stream);
+#define FLASH3_DISPATCH(DTYPE, HEAD_DIM, HEAD_DIM_V)                                        \
+  if (p.dtype == DType::DTYPE && p.head_dim == HEAD_DIM && p.head_dim_v == HEAD_DIM_V) \
+    return Runner::template run<DType::DTYPE, HEAD_DIM, HEAD_DIM_V>(p, stream);
   FLASH3_FOR_EACH_BUILT_16BIT(FLASH3_DISPATCH)
   if constexpr (Runner::kHasFp8) {
     FLASH3_FOR_EACH_BUILT_FP8(FLASH3_DISPATCH)
@@ -108,6 +113,7 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
   if (CheckResult r = host::check_device_pointers(params, device); !r.ok()) return host::record(r);
 
   ForwardParams resolved = params;
+  resolved.head_dim_v = host::head_dim_v(params);
   if (resolved.softmax_scale == 0.f)
     resolved.softmax_scale = 1.f / std::sqrt(static_cast<float>(resolved.head_dim));
   int splits = 1;
@@ -142,7 +148,8 @@ Status forward_checked(const ForwardParams& params, cudaStream_t stream) {
     return host::record(CheckResult::fail(
         Status::kInternal, host::cat("flash3 internal error: no kernel to dispatch for dtype ",
                                      static_cast<int>(resolved.dtype), " head_dim ",
-                                     resolved.head_dim, " although validation passed")));
+                                     resolved.head_dim, " head_dim_v ", resolved.head_dim_v,
+                                     " although validation passed")));
   if (const cudaError_t error = *launched; error != cudaSuccess)
     return host::record(CheckResult::fail(
         Status::kCudaError, host::cat("CUDA error in flash3 forward: ", cudaGetErrorString(error))));

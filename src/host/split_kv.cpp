@@ -10,8 +10,10 @@
 namespace flash3::host {
 namespace {
 
+// (The KV-cache kernel, which splits and packs, takes neither FP8, packed k
+// and v, nor a V head dim of its own.)
 bool splittable(const ForwardParams& p) {
-  return p.dtype != DType::kFloat8E4M3 && !varlen_kv(p);
+  return p.dtype != DType::kFloat8E4M3 && !varlen_kv(p) && head_dim_v(p) == p.head_dim;
 }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }

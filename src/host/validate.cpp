@@ -34,6 +34,18 @@ int head_dim_index(int head_dim) {
   return -1;
 }
 
+int head_dim_pair_index(int head_dim, int head_dim_v) {
+  for (int i = 0; i < kNumHeadDimPairs; ++i)
+    if (kHeadDimPairs[i].qk == head_dim && kHeadDimPairs[i].v == head_dim_v) return i;
+  return -1;
+}
+
+std::string head_dim_pairs() {
+  std::string out;
+  for (HeadDimPair p : kHeadDimPairs) out += cat(out.empty() ? "" : ", ", "(", p.qk, ", ", p.v, ")");
+  return out;
+}
+
 CheckResult invalid(std::string message) {
   return CheckResult::fail(Status::kInvalidArgument, std::move(message));
 }
@@ -263,6 +275,29 @@ CheckResult check_append(const ForwardParams& p) {
   return {};
 }
 
+// head_dim_v (0: head_dim), else one of kHeadDimPairs (none is an FP8 head
+// dim: 16-bit only), built, and not with what only the KV-cache kernel does.
+CheckResult check_head_dim_v(const ForwardParams& p, const BuildConfig& built) {
+  if (p.head_dim_v < 0) return invalid(cat("head_dim_v must be >= 0 (0: head_dim); got ", p.head_dim_v));
+  const int dv = head_dim_v(p);
+  if (dv == p.head_dim) return {};
+  if (head_dim_pair_index(p.head_dim, dv) < 0)
+    return unsupported(cat("head_dim_v: differs from head_dim only as (head_dim, head_dim_v) = ",
+                           head_dim_pairs(), "; got (", p.head_dim, ", ", dv, ")"));
+  const char* cache = kv_cache_array(p);
+  if (cache == nullptr && p.seqlen_new > 0) cache = "seqlen_new";
+  if (cache == nullptr && p.num_splits > 1) cache = "num_splits";
+  if (cache == nullptr && p.cu_seqlens_q != nullptr && !varlen_kv(p)) cache = "cu_seqlens_q without cu_seqlens_k";
+  if (cache != nullptr)
+    return unsupported(cat(cache, ": the KV-cache kernel takes head_dim_v = head_dim; got (",
+                           p.head_dim, ", ", dv, ")"));
+  if (!built.has(p.dtype, p.head_dim, dv))
+    return unsupported(cat("head_dim_v: (", p.head_dim, ", ", dv, ") is not built for dtype ",
+                           dtype_name(p.dtype), "; rebuild with FLASH3_HEAD_DIM_PAIRS including ",
+                           p.head_dim, "x", dv));
+  return {};
+}
+
 // What FP8 adds to the forward's rules: no softcap, ALiBi or varlen, and scales.
 CheckResult check_fp8(const ForwardParams& p) {
   if (p.softcap != 0.f)
@@ -317,22 +352,31 @@ int dtype_bytes(DType dtype) {
   return dtype == DType::kFloat8E4M3 ? 1 : dtype == DType::kFloat32 ? 4 : 2;
 }
 
-void BuildConfig::add(DType dtype, int head_dim) {
+void BuildConfig::add(DType dtype, int head_dim, int head_dim_v) {
+  const int d = dtype_index(dtype);
+  if (head_dim_v != head_dim) {
+    const int pair = head_dim_pair_index(head_dim, head_dim_v);
+    if (pair >= 0 && d >= 0) pairs_built_[d][pair] = true;
+    return;
+  }
   const int h = head_dim_index(head_dim);
   if (h < 0) return;
   if (dtype == DType::kFloat8E4M3) {
     fp8_built_[h] = true;
     return;
   }
-  const int d = dtype_index(dtype);
   if (d >= 0) built_[d][h] = true;
 }
 
-bool BuildConfig::has(DType dtype, int head_dim) const {
+bool BuildConfig::has(DType dtype, int head_dim, int head_dim_v) const {
+  const int d = dtype_index(dtype);
+  if (head_dim_v != head_dim) {
+    const int pair = head_dim_pair_index(head_dim, head_dim_v);
+    return pair >= 0 && d >= 0 && pairs_built_[d][pair];
+  }
   const int h = head_dim_index(head_dim);
   if (h < 0) return false;
   if (dtype == DType::kFloat8E4M3) return fp8_built_[h];
-  const int d = dtype_index(dtype);
   return d >= 0 && built_[d][h];
 }
 
@@ -365,7 +409,7 @@ std::string BuildConfig::head_dim_list() const {
 const BuildConfig& built_config() {
   static const BuildConfig config = [] {
     BuildConfig c;
-#define FLASH3_ADD(DTYPE, HEAD_DIM) c.add(DType::DTYPE, HEAD_DIM);
+#define FLASH3_ADD(DTYPE, HEAD_DIM, HEAD_DIM_V) c.add(DType::DTYPE, HEAD_DIM, HEAD_DIM_V);
     FLASH3_FOR_EACH_BUILT_16BIT(FLASH3_ADD)
     FLASH3_FOR_EACH_BUILT_FP8(FLASH3_ADD)
 #undef FLASH3_ADD
@@ -399,12 +443,16 @@ CheckResult validate_forward(const ForwardParams& p, const BuildConfig& built) {
         cat("head_dim: supported head dims are ", supported_head_dims(), "; got ", p.head_dim));
   if (fp8)
     if (CheckResult r = check_fp8_head_dim(p.head_dim); !r.ok()) return r;
-  if (!built.has_head_dim(p.head_dim))
-    return unsupported(cat("head_dim: ", p.head_dim, " is supported but not built into this library (built: ",
-                           built.head_dim_list(), "); rebuild with FLASH3_HEAD_DIMS including ",
-                           p.head_dim));
-  if (!built.has(p.dtype, p.head_dim))
-    return unsupported(cat("no kernel built for dtype ", dtype, " with head_dim ", p.head_dim));
+  // (A pair of head dims is its own kernel: check_head_dim_v.)
+  if (CheckResult r = check_head_dim_v(p, built); !r.ok()) return r;
+  if (head_dim_v(p) == p.head_dim) {
+    if (!built.has_head_dim(p.head_dim))
+      return unsupported(cat("head_dim: ", p.head_dim, " is supported but not built into this library (built: ",
+                             built.head_dim_list(), "); rebuild with FLASH3_HEAD_DIMS including ",
+                             p.head_dim));
+    if (!built.has(p.dtype, p.head_dim))
+      return unsupported(cat("no kernel built for dtype ", dtype, " with head_dim ", p.head_dim));
+  }
 
   if (p.heads_q % p.heads_kv != 0)
     return invalid(cat("num_heads_q (", p.heads_q, ") must be divisible by num_heads_kv (",
@@ -476,6 +524,7 @@ ForwardParams forward_view(const BackwardParams& p) {
   f.heads_q = p.heads_q;
   f.heads_kv = p.heads_kv;
   f.head_dim = p.head_dim;
+  f.head_dim_v = p.head_dim_v;
   f.softmax_scale = p.softmax_scale;
   f.causal = p.causal;
   f.window_left = p.window_left;

@@ -22,6 +22,22 @@ inline constexpr int kFp8HeadDims[] = {64, 128, 256};
 inline constexpr DType kKnownDTypes[] = {DType::kBFloat16, DType::kFloat16};
 inline constexpr int kNumDTypes = sizeof(kKnownDTypes) / sizeof(DType);
 
+// V's and out's head dim: head_dim_v, or head_dim for 0 (ForwardParams,
+// BackwardParams).
+template <class Params>
+int head_dim_v(const Params& p) {
+  return p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+}
+
+// Q/K and V head dims that differ, as (head_dim, head_dim_v): 16-bit
+// forward (not the KV-cache kernel) and backward.
+struct HeadDimPair {
+  int qk;
+  int v;
+};
+inline constexpr HeadDimPair kHeadDimPairs[] = {{192, 128}};
+inline constexpr int kNumHeadDimPairs = sizeof(kHeadDimPairs) / sizeof(HeadDimPair);
+
 // Varlen k: packed k and v (cu_seqlens_k; validation requires cu_seqlens_q
 // too), the varlen kernel's. cu_seqlens_q alone is varlen q over a KV cache.
 inline bool varlen_kv(const ForwardParams& p) { return p.cu_seqlens_k != nullptr; }
@@ -34,8 +50,10 @@ int dtype_bytes(DType dtype);
 // can validate against a build other than the one they run in.
 class BuildConfig {
  public:
-  void add(DType dtype, int head_dim);
-  bool has(DType dtype, int head_dim) const;
+  void add(DType dtype, int head_dim, int head_dim_v);
+  void add(DType dtype, int head_dim) { add(dtype, head_dim, head_dim); }
+  bool has(DType dtype, int head_dim, int head_dim_v) const;
+  bool has(DType dtype, int head_dim) const { return has(dtype, head_dim, head_dim); }
   bool has_dtype(DType dtype) const;   // with any head dim
   bool has_head_dim(int head_dim) const;  // with any dtype
   std::string dtype_list() const;      // "bf16, fp16"
@@ -43,6 +61,7 @@ class BuildConfig {
 
  private:
   bool built_[kNumDTypes][kNumHeadDims] = {};
+  bool pairs_built_[kNumDTypes][kNumHeadDimPairs] = {};  // kHeadDimPairs
   bool fp8_built_[kNumHeadDims] = {};  // e4m3: forward only, so outside kKnownDTypes
 };
 

@@ -20,7 +20,8 @@ using namespace cute;
 // Warps of the producer warpgroup: warp 0's first thread issues the loads.
 enum class ProducerWarp : int { kLoad = 0, kDQWriter = 1 };
 
-template <class Traits, class FragDKV>
+// which: 0 for dK (TiledMma = TiledMmaDK, Tile = TileK), 1 for dV.
+template <class Traits, class TiledMma, class Tile, class FragDKV>
 CUTE_DEVICE void store_dkv(BwdKernelParams<Traits> const& p, BwdTile tile, int thread, int which,
                            FragDKV& acc, float scale) {
   using Element = typename Traits::Element;
@@ -28,9 +29,7 @@ CUTE_DEVICE void store_dkv(BwdKernelParams<Traits> const& p, BwdTile tile, int t
   for (int i = 0; i < size(acc); ++i) acc(i) *= scale;
   Tensor frag = make_tensor<Element>(acc.layout());
   convert_fragment(acc, frag);
-  typename Traits::TiledMmaDKV mma_dkv;
-  Tensor tc = mma_dkv.get_thread_slice(thread).partition_C(
-      make_identity_tensor(Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>{}));
+  Tensor tc = TiledMma{}.get_thread_slice(thread).partition_C(make_identity_tensor(Tile{}));
   Tensor coords = make_tensor(tc.data(), acc_rowcol_layout(tc.layout()));
   int const row0 = tile.n_block * Traits::kBlockN;
   Element* out = (which == 0 ? p.dk : p.dv) + tile.batch * p.dkv_batch_stride[which] +
@@ -61,6 +60,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   pipeline_params.is_leader = is_producer_thread;
   pipeline_params.num_consumers = Traits::kNumConsumerThreads;
   PipelineQ pipeline_q(smem.pipeline_q, pipeline_params, Shape<_1, _1, _1>{});
+  pipeline_params.transaction_bytes = Traits::kDOTileBytes + Traits::kRowStatBytes;
   PipelineQ pipeline_do(smem.pipeline_do, pipeline_params, Shape<_1, _1, _1>{});
   if (is_producer_thread) {
     smem.barrier_kv.init(1);
@@ -114,10 +114,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     int const thread = threadIdx.x - cutlass::NumThreadsPerWarpGroup;
-    typename Traits::TiledMmaDKV mma_dkv;
-    using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
-    Tensor acc_dk = partition_fragment_C(mma_dkv, TileKV{});
-    Tensor acc_dv = partition_fragment_C(mma_dkv, TileKV{});
+    using TiledMmaDK = typename Traits::TiledMmaDK;
+    using TiledMmaDV = typename Traits::TiledMmaDV;
+    Tensor acc_dk = partition_fragment_C(TiledMmaDK{}, typename Traits::TileK{});
+    Tensor acc_dv = partition_fragment_C(TiledMmaDV{}, typename Traits::TileV{});
     clear(acc_dk);
     clear(acc_dv);
     smem.barrier_kv.wait(0);
@@ -129,8 +129,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                         pipeline_do, read, step, acc_dk, acc_dv);
     }
     BwdTile const tile = get<0>(work());
-    store_dkv<Traits>(params, tile, thread, 0, acc_dk, params.softmax_scale);
-    store_dkv<Traits>(params, tile, thread, 1, acc_dv, 1.f);
+    store_dkv<Traits, TiledMmaDK, typename Traits::TileK>(params, tile, thread, 0, acc_dk,
+                                                           params.softmax_scale);
+    store_dkv<Traits, TiledMmaDV, typename Traits::TileV>(params, tile, thread, 1, acc_dv, 1.f);
   }
 #endif
 }
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(Traits::kNumConsumerThreads)
                           int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
   using Accumulator = DQAccumulator<Traits>;
   using Element = typename Traits::Element;
-  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
+  using TileQ = typename Traits::TileQ;
   using Mainloop = BwdMainloop<Traits>;
   int const m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   BwdTile const seq = Mainloop::make_tile(p, 0, 0, batch);

@@ -11,7 +11,7 @@ template <class Traits>
 struct BwdKernelParams {
   using Element = typename Traits::Element;
   typename Traits::TmaQ tma_q;
-  typename Traits::TmaQ tma_do;
+  typename Traits::TmaDO tma_do;
   typename Traits::TmaK tma_k;
   typename Traits::TmaV tma_v;
   Element* dk;

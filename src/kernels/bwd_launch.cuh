@@ -18,24 +18,22 @@ namespace flash3::kernels {
 template <class Traits>
 cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  using TileQ = Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>;
-  using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
+  constexpr int kDv = Traits::kHeadDimV;
   constexpr bool kVarlen = Traits::kVarlen;
   // Varlen as in launch_fwd: one batch entry of packed rows, bands relative to each sequence.
   int const rows_q = kVarlen ? p.total_q : p.seqlen_q;
   int const rows_k = kVarlen ? p.total_k : p.seqlen_k;
   int const tma_batch = kVarlen ? 1 : p.batch;
   int const diagonal = kVarlen ? 0 : p.seqlen_k - p.seqlen_q;
-  auto const q_tile = take<0, 2>(typename Traits::SmemLayoutQ{});
   BwdKernelParams<Traits> kp{
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch, rows_q, p.heads_q), q_tile,
-                    TileQ{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.dout, tma_batch, rows_q, p.heads_q),
-                    q_tile, TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.q, tma_batch, rows_q, p.heads_q),
+                    take<0, 2>(typename Traits::SmemLayoutQ{}), typename Traits::TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits, kDv>(p.dout, tma_batch, rows_q, p.heads_q),
+                    take<0, 2>(typename Traits::SmemLayoutdO{}), typename Traits::TileDO{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.k, tma_batch, rows_k, p.heads_kv),
-                    typename Traits::SmemLayoutK{}, TileKV{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, tma_batch, rows_k, p.heads_kv),
-                    typename Traits::SmemLayoutV{}, TileKV{}, _1{}),
+                    typename Traits::SmemLayoutK{}, typename Traits::TileK{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits, kDv>(p.v, tma_batch, rows_k, p.heads_kv),
+                    typename Traits::SmemLayoutV{}, typename Traits::TileV{}, _1{}),
       static_cast<Element*>(p.dk.data),
       static_cast<Element*>(p.dv.data),
       {kVarlen ? 0 : p.dk.stride[0], kVarlen ? 0 : p.dv.stride[0]},
@@ -80,14 +78,14 @@ cudaError_t launch_bwd(BackwardParams const& p, BwdWorkspaceView const& ws, cuda
 
 // `params` is resolved like the forward's (fwd_run.h): banded iff
 // window_left >= 0, and varlen is always banded.
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, int kHeadDimV>
 cudaError_t run_bwd(BackwardParams const& params, BwdWorkspaceView const& ws, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
   if (params.cu_seqlens_q != nullptr)
-    return launch_bwd<BwdTraits<Element, kHeadDim, true, true>>(params, ws, stream);
+    return launch_bwd<BwdTraits<Element, kHeadDim, true, true, kHeadDimV>>(params, ws, stream);
   return params.window_left >= 0
-             ? launch_bwd<BwdTraits<Element, kHeadDim, true>>(params, ws, stream)
-             : launch_bwd<BwdTraits<Element, kHeadDim, false>>(params, ws, stream);
+             ? launch_bwd<BwdTraits<Element, kHeadDim, true, false, kHeadDimV>>(params, ws, stream)
+             : launch_bwd<BwdTraits<Element, kHeadDim, false, false, kHeadDimV>>(params, ws, stream);
 }
 
 }  // namespace flash3::kernels

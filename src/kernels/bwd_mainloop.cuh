@@ -43,9 +43,7 @@ struct BwdMainloop {
   using Mask = AttentionMask<Traits::kBanded, Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kBlockN = Traits::kBlockN;
-  static constexpr int kHeadDim = Traits::kHeadDim;
-  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
-  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using TileQ = typename Traits::TileQ;
 
   static constexpr bool kVarlen = Traits::kVarlen;
 
@@ -96,17 +94,17 @@ struct BwdMainloop {
     return start + int64_t(head) * p.ws.head_rows;
   }
 
-  // (rows, head_dim) of one head of the tile's sequence in the tensor `tma`
-  // loads (`rows` per batch entry); varlen: TMA sees the packed tensors as
-  // one batch entry, the sequence from row `offset`.
-  template <class Tma>
+  // (rows, kCols) of one head of the tile's sequence in the tensor `tma`
+  // loads (`rows` per batch entry; kCols: Q's or V's head dim); varlen: TMA
+  // sees the packed tensors as one batch entry, the sequence from row `offset`.
+  template <int kCols, class Tma>
   CUTE_DEVICE static auto sequence_rows(Params const& p, Tma const& tma, int rows, int heads, int head,
                                         int batch, int offset) {
     if constexpr (kVarlen) {
-      Tensor m = tma.get_tma_tensor(make_shape(rows, Int<kHeadDim>{}, heads, 1));
+      Tensor m = tma.get_tma_tensor(make_shape(rows, Int<kCols>{}, heads, 1));
       return domain_offset(make_coord(offset, _0{}), m(_, _, head, _0{}));
     } else {
-      return tma.get_tma_tensor(make_shape(rows, Int<kHeadDim>{}, heads, p.batch))(_, _, head, batch);
+      return tma.get_tma_tensor(make_shape(rows, Int<kCols>{}, heads, p.batch))(_, _, head, batch);
     }
   }
 
@@ -117,10 +115,11 @@ struct BwdMainloop {
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
     auto const coord = make_coord(tile.n_block, _0{});
-    Tensor gK = local_tile(sequence_rows(p, p.tma_k, rows, heads_kv, tile.kv_head, tile.batch, tile.offset_k),
-                           TileKV{}, coord);
-    Tensor gV = local_tile(sequence_rows(p, p.tma_v, rows, heads_kv, tile.kv_head, tile.batch, tile.offset_k),
-                           TileKV{}, coord);
+    constexpr int kD = Traits::kHeadDim, kDv = Traits::kHeadDimV;
+    Tensor gK = local_tile(sequence_rows<kD>(p, p.tma_k, rows, heads_kv, tile.kv_head, tile.batch, tile.offset_k),
+                           typename Traits::TileK{}, coord);
+    Tensor gV = local_tile(sequence_rows<kDv>(p, p.tma_v, rows, heads_kv, tile.kv_head, tile.batch, tile.offset_k),
+                           typename Traits::TileV{}, coord);
     auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
                                       group_modes<0, 2>(gK));
     auto [tVgV, tVsV] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV),
@@ -139,11 +138,12 @@ struct BwdMainloop {
                                     Pipeline& pipeline_do, PipelineState& write) {
     int const rows = kVarlen ? p.total_q : p.seqlen_q;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
-    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-    Tensor gQ = local_tile(sequence_rows(p, p.tma_q, rows, p.heads_q, head, tile.batch, tile.offset_q),
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutdO{});
+    constexpr int kD = Traits::kHeadDim, kDv = Traits::kHeadDimV;
+    Tensor gQ = local_tile(sequence_rows<kD>(p, p.tma_q, rows, p.heads_q, head, tile.batch, tile.offset_q),
                            TileQ{}, make_coord(_, _0{}));  // (M, D, m)
-    Tensor gdO = local_tile(sequence_rows(p, p.tma_do, rows, p.heads_q, head, tile.batch, tile.offset_q),
-                            TileQ{}, make_coord(_, _0{}));
+    Tensor gdO = local_tile(sequence_rows<kDv>(p, p.tma_do, rows, p.heads_q, head, tile.batch, tile.offset_q),
+                            typename Traits::TileDO{}, make_coord(_, _0{}));
     auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
     auto [tdOgdO, tdOsdO] = tma_partition(p.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO),
@@ -186,15 +186,15 @@ struct BwdMainloop {
   // Run by all consumer threads (`thread` = index among them) for query
   // blocks [m_begin, m_end) of `head`; accumulates into acc_dk / acc_dv.
   // `step` counts the query blocks this CTA has done (selects the dS buffer).
-  template <class Pipeline, class PipelineState, class FragDKV>
+  template <class Pipeline, class PipelineState, class FragDK, class FragDV>
   CUTE_DEVICE static void compute(Params const& p, SharedStorage& smem, BwdTile tile, int head,
                                   int m_begin, int m_end, int thread, Pipeline& pipeline_q,
                                   Pipeline& pipeline_do, PipelineState& read, int& step,
-                                  FragDKV& acc_dk, FragDKV& acc_dv) {
+                                  FragDK& acc_dk, FragDV& acc_dv) {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename Traits::SmemLayoutQt{});
-    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQ{});
-    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutQt{});
+    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutdO{});
+    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename Traits::SmemLayoutdOt{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutK{});
     Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename Traits::SmemLayoutKt{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename Traits::SmemLayoutV{});
@@ -204,18 +204,20 @@ struct BwdMainloop {
 
     using TileST = Shape<Int<kBlockN>, Int<kBlockM>>;  // (keys, queries)
     typename Traits::TiledMmaSdP mma_sdp;
-    typename Traits::TiledMmaDKV mma_dkv;
+    typename Traits::TiledMmaDK mma_dk;
+    typename Traits::TiledMmaDV mma_dv;
     typename Traits::TiledMmaDQ mma_dq;
     auto thr_sdp = mma_sdp.get_thread_slice(thread);
-    auto thr_dkv = mma_dkv.get_thread_slice(thread);
+    auto thr_dk = mma_dk.get_thread_slice(thread);
+    auto thr_dv = mma_dv.get_thread_slice(thread);
     auto thr_dq = mma_dq.get_thread_slice(thread);
 
     Tensor tSrK = thr_sdp.partition_fragment_A(sK);
     Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, stage)
     Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
     Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
-    Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+    Tensor tdVrdOt = thr_dv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stage)
+    Tensor tdKrQt = thr_dk.partition_fragment_B(sQt);
     Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);    // (MMA, MMA_M, MMA_K, buffer)
     Tensor tdQrKt = thr_dq.partition_fragment_B(sKt(_, _, 0));
 
@@ -334,8 +336,8 @@ struct BwdMainloop {
       convert_fragment(acc_s, tdVrP);
       convert_fragment(acc_dp, tdKrdS);
       if constexpr (Traits::kDKVFromRegisters) {
-        warpgroup_gemm<false>(mma_dkv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
-        warpgroup_gemm<false>(mma_dkv, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
+        warpgroup_gemm<false>(mma_dv, tdVrP, tdVrdOt(_, _, _, stage), acc_dv);
+        warpgroup_gemm<false>(mma_dk, tdKrdS, tdKrQt(_, _, _, stage), acc_dk);
       } else {
         // stmatrix: 8x8 blocks of the accumulator layout, one row address per thread.
         copy(r2s, r2s_thread.retile_S(make_tensor(tdVrP.data(), acc_s.layout())), tPsP(_, _, _, buffer));
@@ -345,10 +347,10 @@ struct BwdMainloop {
       cutlass::arch::NamedBarrier::sync(Traits::kNumConsumerThreads,
                                         uint32_t(BwdNamedBarrier::kPdSWritten));
       if constexpr (!Traits::kDKVFromRegisters) {
-        Tensor tdVsP = thr_dkv.partition_fragment_A(sP);  // (MMA, MMA_M, MMA_K, buffer)
-        Tensor tdKsdS = thr_dkv.partition_fragment_A(sdS);
-        warpgroup_gemm<false>(mma_dkv, tdVsP(_, _, _, buffer), tdVrdOt(_, _, _, stage), acc_dv);
-        warpgroup_gemm<false>(mma_dkv, tdKsdS(_, _, _, buffer), tdKrQt(_, _, _, stage), acc_dk);
+        Tensor tdVsP = thr_dv.partition_fragment_A(sP);  // (MMA, MMA_M, MMA_K, buffer)
+        Tensor tdKsdS = thr_dk.partition_fragment_A(sdS);
+        warpgroup_gemm<false>(mma_dv, tdVsP(_, _, _, buffer), tdVrdOt(_, _, _, stage), acc_dv);
+        warpgroup_gemm<false>(mma_dk, tdKsdS(_, _, _, buffer), tdKrQt(_, _, _, stage), acc_dk);
       }
       Tensor acc_dq = partition_fragment_C(mma_dq, TileQ{});
       warpgroup_gemm<true>(mma_dq, tdQrdS(_, _, _, buffer), tdQrKt, acc_dq);

@@ -46,7 +46,7 @@ __device__ int sequence_of_row(const int* cu_seqlens_q, const int* seqused_q, in
 template <class T>
 __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t, Tensor4d dout_t,
                                      const float* lse, BwdWorkspaceView ws, int batch, int seqlen_q,
-                                     int heads, int head_dim, int block_m, int64_t rows,
+                                     int heads, int head_dim, int head_dim_v, int block_m, int64_t rows,
                                      const int* cu_seqlens_q, const int* seqused_q, int total_q) {
   int64_t const row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
@@ -76,7 +76,7 @@ __global__ void bwd_row_stats_kernel(const T* out, const T* dout, Tensor4d out_t
     int64_t const t = first + i;
     const T* o = out + b * out_t.stride[0] + t * out_t.stride[1] + h * out_t.stride[2];
     const T* d = dout + b * dout_t.stride[0] + t * dout_t.stride[1] + h * dout_t.stride[2];
-    for (int c = lane; c < head_dim; c += 32) dot += to_float(o[c]) * to_float(d[c]);
+    for (int c = lane; c < head_dim_v; c += 32) dot += to_float(o[c]) * to_float(d[c]);
     float const l = lse[lse_row];
     // A row that saw no key has LSE -inf and P = 0 everywhere: +inf gives that.
     lse_log2 = l == -INFINITY ? INFINITY : l * float(M_LOG2E);
@@ -145,7 +145,7 @@ cudaError_t launch_preprocess(const BackwardParams& p, const BwdWorkspaceView& w
   int64_t const rows = int64_t(stat_batches(p)) * p.heads_q * ws.head_rows;
   bwd_row_stats_kernel<T><<<blocks_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(
       static_cast<const T*>(p.out.data), static_cast<const T*>(p.dout.data), p.out, p.dout, p.lse,
-      ws, p.batch, p.seqlen_q, p.heads_q, p.head_dim, bwd_tile_config(p.head_dim).block_m, rows,
+      ws, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.head_dim_v, bwd_tile_config(p.head_dim).block_m, rows,
       p.cu_seqlens_q, p.seqused_q, p.total_q);
   return cudaGetLastError();
 }

@@ -26,11 +26,13 @@ struct BwdWorkspaceView {
   int sink_key_blocks;
 };
 
-// Defined once per (dtype, head dim) in instantiations/bwd_<dtype>_hdim<d>.cu.
+// Defined once per (dtype, head dim) in instantiations/bwd_<dtype>_hdim<d>.cu,
+// and per (dtype, head dim, V's head dim) in bwd_<dtype>_hdim<d>x<dv>.cu
+// (params.head_dim_v = kHeadDimV).
 // `params` is validated and resolved; batch, seqlen_q, seqlen_k >= 1; the
 // workspace has been prepared by run_bwd_preprocess. Runs the main kernel,
 // then writes dq = softmax_scale * dq_accum in the input dtype.
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, int kHeadDimV = kHeadDim>
 cudaError_t run_bwd(const BackwardParams& params, const BwdWorkspaceView& ws, cudaStream_t stream);
 
 // Writes lse_log2 and dpsum, and zeroes dq_accum and dq_semaphore.

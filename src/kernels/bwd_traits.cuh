@@ -38,10 +38,13 @@ using TransposedView = decltype(composition(
 
 // kBanded: causal or sliding-window mask (attention_mask.cuh). kVarlen:
 // packed sequences (BwdKernelParams), always banded as in the forward.
-template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false>
+// kHeadDimV: V's, O's (and dO's, dV's) head dim, as in FwdTraits.
+template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false,
+          int kHeadDimV_ = kHeadDim_>
 struct BwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kBanded = kBanded_;
   static constexpr bool kVarlen = kVarlen_;
   static_assert(kBanded || !kVarlen, "varlen kernels take the mask as a band");
@@ -70,26 +73,30 @@ struct BwdTraits {
   // its dV and dK: they feed those GEMMs from registers.
   static constexpr bool kDKVFromRegisters = kSdPWarpgroupsM == kNumConsumerWarpgroups;
 
+  // (The same atoms for both: their K, Q's or V's head dim, is walked in steps of 16.)
   using TiledMmaSdP = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float,
                            Shape<_64, Int<kBlockM / kSdPWarpgroupsN>, Int<kHeadDim>>>(),
       Layout<Shape<Int<kSdPWarpgroupsM>, Int<kSdPWarpgroupsN>, _1>>{}));
 
-  // dV += P^T dO and dK += dS^T Q: M = keys, N = head dim (all of it per
-  // warpgroup, or half at d > 128), K = queries.
-  static constexpr int kDKVColumnsPerWarpgroup =
-      kDKVFromRegisters ? kHeadDim : kHeadDim / kNumConsumerWarpgroups;
-  using TiledMmaDKV = std::conditional_t<
+  // dK += dS^T Q and dV += P^T dO: M = keys, N = kColumns (Q's or V's head
+  // dim: all of it per warpgroup, or half at d > 128), K = queries.
+  template <int kColumns>
+  static constexpr int kColumnsPerWarpgroup = kDKVFromRegisters ? kColumns : kColumns / kNumConsumerWarpgroups;
+  template <int kColumns>
+  using TiledMmaGrad = std::conditional_t<
       kDKVFromRegisters,
       decltype(make_tiled_mma(
-          GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+          GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kColumns>, Int<kBlockM>>,
                                GMMA::Major::K, GMMA::Major::MN>(),
           Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>{})),
       decltype(make_tiled_mma(
           GMMA::ss_op_selector<Element, Element, float,
-                               Shape<_64, Int<kDKVColumnsPerWarpgroup>, Int<kBlockM>>,
+                               Shape<_64, Int<kColumnsPerWarpgroup<kColumns>>, Int<kBlockM>>,
                                GMMA::Major::K, GMMA::Major::MN>(),
           Layout<Shape<_1, Int<kNumConsumerWarpgroups>, _1>>{}))>;
+  using TiledMmaDK = TiledMmaGrad<kHeadDim>;
+  using TiledMmaDV = TiledMmaGrad<kHeadDimV>;
 
   // dQ = dS K: M = queries, N = head dim (split between the warpgroups), K = keys.
   static constexpr int kDQColumnsPerWarpgroup = kHeadDim / kNumConsumerWarpgroups;
@@ -101,17 +108,21 @@ struct BwdTraits {
 
   static_assert(kBlockM == 64);
   // Q and dO: (queries, head dim, stage); read K-major by S^T / dP^T and
-  // MN-major (head dim as N) in slices of kDKVColumnsPerWarpgroup by dK / dV.
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtomForColumns<Element, kDKVColumnsPerWarpgroup>{},
-                                             Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  // MN-major (head dim as N) in slices of kColumnsPerWarpgroup by dK / dV.
+  template <int kColumns>
+  using SmemLayoutRows = decltype(tile_to_shape(SmemAtomForColumns<Element, kColumnsPerWarpgroup<kColumns>>{},
+                                                Shape<Int<kBlockM>, Int<kColumns>, Int<kStages>>{}));
+  using SmemLayoutQ = SmemLayoutRows<kHeadDim>;
   using SmemLayoutQt = TransposedView<SmemLayoutQ, Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>>;
+  using SmemLayoutdO = SmemLayoutRows<kHeadDimV>;
+  using SmemLayoutdOt = TransposedView<SmemLayoutdO, Shape<Int<kHeadDimV>, Int<kBlockM>, Int<kStages>>>;
   // K: (keys, head dim); dQ reads it MN-major in slices of kDQColumnsPerWarpgroup.
   using SmemLayoutK = decltype(tile_to_shape(SmemAtomForColumns<Element, kDQColumnsPerWarpgroup>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutKt = TransposedView<SmemLayoutK, Shape<Int<kHeadDim>, Int<kBlockN>, _1>>;
-  // V: (keys, head dim), read K-major only (dP^T).
-  using SmemLayoutV = decltype(tile_to_shape(SmemAtomForColumns<Element, kHeadDim>{},
-                                             Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // V: (keys, V's head dim), read K-major only (dP^T).
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtomForColumns<Element, kHeadDimV>{},
+                                             Shape<Int<kBlockN>, Int<kHeadDimV>>{}));
   // dS^T (and P^T when they go through shared memory): (keys, queries,
   // buffer), double-buffered so one barrier per step orders writers and readers.
   static constexpr int kDSBuffers = 2;
@@ -119,13 +130,18 @@ struct BwdTraits {
                                                Shape<Int<kBlockN>, Int<kBlockM>, Int<kDSBuffers>>{}));
   using SmemLayoutPdSt = TransposedView<SmemLayoutPdS, Shape<Int<kBlockM>, Int<kBlockN>, Int<kDSBuffers>>>;
 
-  using GmemTensor = typename FwdTraits<Element, kHeadDim, kBanded>::GmemTensor;
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
-                                      Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
-  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{},
-                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{},
-                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  template <int kCols>
+  using GmemRows = typename FwdTraits<Element, kHeadDim, kBanded>::template GmemRows<kCols>;
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileDO = Shape<Int<kBlockM>, Int<kHeadDimV>>;
+  using TileK = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using TileV = Shape<Int<kBlockN>, Int<kHeadDimV>>;
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemRows<kHeadDim>{}, take<0, 2>(SmemLayoutQ{}),
+                                      TileQ{}, _1{}));
+  using TmaDO = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemRows<kHeadDimV>{}, take<0, 2>(SmemLayoutdO{}),
+                                       TileDO{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemRows<kHeadDim>{}, SmemLayoutK{}, TileK{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemRows<kHeadDimV>{}, SmemLayoutV{}, TileV{}, _1{}));
 
   // The dQ tile goes through shared memory to a bulk reduce where it fits
   // (dq_accumulator.cuh): d = 192 then takes 225 KB, and its backward ran
@@ -134,8 +150,9 @@ struct BwdTraits {
   static constexpr bool kDQInSmem = kHeadDim <= 192;
 
   static constexpr uint32_t kQTileBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutQ{}));
+  static constexpr uint32_t kDOTileBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutdO{}));
   static constexpr uint32_t kRowStatBytes = sizeof(float) * kBlockM;
-  static constexpr uint32_t kKVBytes = 2 * sizeof(Element) * kBlockN * kHeadDim;
+  static constexpr uint32_t kKVBytes = sizeof(Element) * kBlockN * (kHeadDim + kHeadDimV);
 
   // One pipeline for Q (+ its LSE), one for dO (+ its D = rowsum(dO * O)).
   using PipelineQ = cutlass::PipelineTmaAsync<kStages>;
@@ -145,7 +162,7 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, 1024> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdO>, 1024> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutPdS>, 1024> ds;
     cute::array_aligned<Element, kDKVFromRegisters ? 1 : cute::cosize_v<SmemLayoutPdS>, 1024> p;
     cute::array_aligned<float, kDQInSmem ? kBlockM * kHeadDim : 1, 128> dq;

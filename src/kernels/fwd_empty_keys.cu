@@ -32,7 +32,7 @@ cudaError_t run_fwd_empty_keys(ForwardParams const& p, cudaStream_t stream) {
   auto const blocks = static_cast<unsigned>((rows + kThreads - 1) / kThreads);
   fwd_empty_keys_kernel<<<blocks, kThreads, 0, stream>>>(
       static_cast<uint16_t*>(p.out.data), p.out.stride[0], p.out.stride[1], p.out.stride[2],
-      p.lse, p.sinks, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+      p.lse, p.sinks, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v);
   return cudaGetLastError();
 }
 

@@ -17,7 +17,6 @@ template <class Traits>
 struct FwdEpilogue {
   using Element = typename Traits::OutElement;
   using Params = FwdKernelParams<Traits>;
-  using TileShape = typename Traits::TileShape;
 
   // `o_units`: what O's accumulator is in units of (FP8's V scale; else 1).
   template <class FragO, class Softmax>
@@ -91,7 +90,7 @@ struct FwdEpilogue {
   CUTE_DEVICE static auto out_coords(int thread) {
     typename Traits::TiledMmaO mma_o;
     Tensor tOcO = mma_o.get_thread_slice(thread).partition_C(
-        make_identity_tensor(select<0, 2>(TileShape{})));
+        make_identity_tensor(typename Traits::TileShapeO{}));
     return make_tensor(tOcO.data(), acc_rowcol_layout(tOcO.layout()));
   }
 
@@ -113,7 +112,7 @@ struct FwdEpilogue {
       return ((int64_t(tile.split) * p.batch + tile.batch) * p.heads_q + q.head) * p.seqlen_q + q.row;
     };
     store_fragment_rows(o, coords, at_query(p, tile, [&](QueryRow q) {
-                          return p.o_partial + head_row(q) * Traits::kHeadDim;
+                          return p.o_partial + head_row(q) * Traits::kHeadDimV;
                         }));
     store_lse(coords, lse, thread,
               at_query(p, tile, [&](QueryRow q) { return p.lse_partial + head_row(q); }));

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       threadIdx.x == (Traits::kKvCache ? cutlass::NumThreadsPerWarp : 0);
 
   typename PipelineKV::Params pipeline_params;
-  pipeline_params.transaction_bytes = Traits::kKVStageBytes;
+  pipeline_params.transaction_bytes = Traits::kKStageBytes;
   pipeline_params.role = role == WarpGroupRole::kProducer
                              ? PipelineKV::ThreadCategory::Producer
                              : PipelineKV::ThreadCategory::Consumer;
@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   pipeline_params.num_consumers = Traits::kNumConsumerThreads;
   PipelineKV pipeline_k(smem.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
   pipeline_params.is_leader = is_v_producer_thread;
+  pipeline_params.transaction_bytes = Traits::kVStageBytes;
   PipelineKV pipeline_v(smem.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
   if (is_producer_thread) {
     smem.barrier_q.init(1);
@@ -126,7 +127,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       auto const [tile, n_block_begin, n_block_end] = work(t);
       if (!has_rows(tile)) continue;
       typename Traits::TiledMmaO mma_o;
-      Tensor acc_o = partition_fragment_C(mma_o, select<0, 2>(typename Traits::TileShape{}));
+      Tensor acc_o = partition_fragment_C(mma_o, typename Traits::TileShapeO{});
       clear(acc_o);
       constexpr int kRows = decltype(size<0>(acc_rowcol_layout(acc_o.layout())))::value;
       OnlineSoftmax<kRows, Traits::kSoftmaxMaxOffset> softmax;

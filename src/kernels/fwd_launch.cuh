@@ -52,9 +52,9 @@ typename Traits::TmaV make_tma_copy_v(ForwardParams const& p, int tma_batch, int
     return make_tma_copy(SM90_TMA_LOAD{}, vt, take<0, 2>(typename Traits::VtLayout::LoadSmem{}),
                          Shape<Int<Traits::kHeadDim>, Int<Traits::kBlockN>>{}, _1{});
   } else {
-    return make_tma_copy(SM90_TMA_LOAD{}, gmem_tensor<Traits>(p.v, tma_batch, rows_k, p.heads_kv),
-                         take<0, 2>(typename Traits::SmemLayoutKV{}),
-                         select<1, 2>(typename Traits::TileShape{}), _1{});
+    return make_tma_copy(SM90_TMA_LOAD{},
+                         gmem_tensor<Traits, Traits::kHeadDimV>(p.v, tma_batch, rows_k, p.heads_kv),
+                         take<0, 2>(typename Traits::SmemLayoutV{}), typename Traits::TileShapeV{}, _1{});
   }
 }
 
@@ -204,16 +204,16 @@ cudaError_t run_fwd_kvcache(ForwardParams const& params, cudaStream_t stream) {
   return launch_fwd<FwdTraits<ElementOf<kDType>, kHeadDim, true, false, true>>(params, stream);
 }
 
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, int kHeadDimV>
 cudaError_t run_fwd(ForwardParams const& params, cudaStream_t stream) {
   using Element = ElementOf<kDType>;
   if constexpr (kDType != DType::kFloat8E4M3) {  // FP8 has no varlen kernel (validated)
     if (params.cu_seqlens_q != nullptr)
-      return launch_fwd<FwdTraits<Element, kHeadDim, true, true>>(params, stream);
+      return launch_fwd<FwdTraits<Element, kHeadDim, true, true, false, kHeadDimV>>(params, stream);
   }
   return params.window_left >= 0
-             ? launch_fwd<FwdTraits<Element, kHeadDim, true>>(params, stream)
-             : launch_fwd<FwdTraits<Element, kHeadDim, false>>(params, stream);
+             ? launch_fwd<FwdTraits<Element, kHeadDim, true, false, false, kHeadDimV>>(params, stream)
+             : launch_fwd<FwdTraits<Element, kHeadDim, false, false, false, kHeadDimV>>(params, stream);
 }
 
 }  // namespace flash3::kernels

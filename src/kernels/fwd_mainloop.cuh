@@ -132,7 +132,7 @@ struct FwdMainloop {
       if constexpr (Traits::kFp8) {
         return make_shape(Int<kHeadDim>{}, p.vt_keys, heads_kv, batch);
       } else {
-        return make_shape(rows_k, Int<kHeadDim>{}, heads_kv, batch_kv);
+        return make_shape(rows_k, Int<Traits::kHeadDimV>{}, heads_kv, batch_kv);
       }
     }();
     return cute::make_tuple(
@@ -237,7 +237,7 @@ struct FwdMainloop {
                           make_coord(_0{}, _));
       } else {
         return local_tile(sequence_rows(mV, kv_head, tile.kv_batch, tile.offset_k),
-                          select<1, 2>(TileShape{}), make_coord(_, _0{}));
+                          typename Traits::TileShapeV{}, make_coord(_, _0{}));
       }
     }();
 

@@ -9,13 +9,15 @@
 
 namespace flash3::kernels {
 
-// Defined once per (dtype, head dim) in instantiations/fwd_<dtype>_hdim<d>.cu.
+// Defined once per (dtype, head dim) in instantiations/fwd_<dtype>_hdim<d>.cu,
+// and per (dtype, head dim, V's head dim) in fwd_<dtype>_hdim<d>x<dv>.cu
+// (16-bit; params.head_dim_v = kHeadDimV, no KV cache).
 // `params` is validated and resolved: seqlen_k >= 1, batch >= 1, seqlen_q >=
 // 1, softmax_scale set, and the mask as host/window.hpp gives it: window_left
 // = window_right = -1 for full attention, both >= 0 for a band (causal is
 // window_right = 0); varlen (cu_seqlens_q set) always a band, relative to each
 // sequence, with total_k >= 1 and total_q >= 1.
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, int kHeadDimV = kHeadDim>
 cudaError_t run_fwd(const ForwardParams& params, cudaStream_t stream);
 
 // The KV-cache kernel (instantiations/fwd_kvcache_<dtype>_hdim<d>.cu), for

@@ -42,15 +42,14 @@ using KMajorSmemAtom = std::conditional_t<(kKElems * sizeof(Element)) % 128 == 0
 
 // V^T as the second GEMM reads it, (head_dim, keys, stage). 16-bit: the same
 // bytes as the (keys, head_dim) V tile, read MN-major; TMA loads V.
-template <class Element, int kHeadDim, int kBlockN, int kStages, class SmemLayoutKV,
+template <class Element, int kHeadDim, int kBlockN, int kStages, class SmemLayoutV,
           bool kFp8 = sizeof(Element) == 1>
 struct FwdVtLayout {
   using Smem = decltype(composition(
-      SmemLayoutKV{},
+      SmemLayoutV{},
       make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using LoadSmem = SmemLayoutKV;
-  template <class TileShape>
-  using LoadBox = decltype(select<1, 2>(TileShape{}));
+  using LoadSmem = SmemLayoutV;
+  using LoadBox = Shape<Int<kBlockN>, Int<kHeadDim>>;
   template <class GmemTensorKV>
   using Gmem = GmemTensorKV;
 };
@@ -58,13 +57,12 @@ struct FwdVtLayout {
 // FP8 WGMMA takes only K-major B: V arrives transposed in global memory,
 // (head_dim, padded keys, heads, batch) with keys contiguous
 // (fp8_quantize.cu), and TMA loads it into its own K-major tile.
-template <class Element, int kHeadDim, int kBlockN, int kStages, class SmemLayoutKV>
-struct FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutKV, true> {
+template <class Element, int kHeadDim, int kBlockN, int kStages, class SmemLayoutV>
+struct FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutV, true> {
   using Smem = decltype(tile_to_shape(KMajorSmemAtom<Element, kBlockN>{},
                                       Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}));
-  static_assert(cosize_v<Smem> == cosize_v<SmemLayoutKV>);
+  static_assert(cosize_v<Smem> == cosize_v<SmemLayoutV>);
   using LoadSmem = Smem;
-  template <class TileShape>
   using LoadBox = Shape<Int<kHeadDim>, Int<kBlockN>>;
   template <class GmemTensorKV>
   using Gmem = decltype(make_tensor(
@@ -79,11 +77,14 @@ struct FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutKV, true> {
 // (full attention is the band no row reaches the edge of). kKvCache: K / V
 // from a cache (per-batch key ranges, batch index, page table) and split-KV
 // (fwd_kernel_params.cuh); banded for the same reason as varlen.
+// kHeadDimV: V's and O's head dim where it differs from Q's and K's
+// (DeepSeek's (192, 128)); 16-bit, not with a KV cache.
 template <class Element_, int kHeadDim_, bool kBanded_, bool kVarlen_ = false,
-          bool kKvCache_ = false>
+          bool kKvCache_ = false, int kHeadDimV_ = kHeadDim_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr bool kBanded = kBanded_;
   static constexpr bool kVarlen = kVarlen_;
   static constexpr bool kKvCache = kKvCache_;
@@ -94,8 +95,10 @@ struct FwdTraits {
   using OutElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
   static_assert(!(kFp8 && kVarlen), "FP8 kernels take fixed-length batches");
   static_assert(!(kFp8 && kKvCache), "FP8 kernels read no KV cache");
+  static_assert(kHeadDimV == kHeadDim || !(kFp8 || kKvCache),
+                "only 16-bit kernels without a KV cache take a separate V head dim");
   static constexpr FwdTileConfig kTile = kKvCache ? fwd_kvcache_tile_config(kHeadDim)
-                                                 : fwd_tile_config(kHeadDim, kFp8);
+                                                 : fwd_tile_config(kHeadDim, kFp8, kHeadDimV);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.kv_stages;
@@ -115,6 +118,8 @@ struct FwdTraits {
   static constexpr int kConsumerRegisters = 240;
 
   using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // (M, N, D)
+  using TileShapeV = Shape<Int<kBlockN>, Int<kHeadDimV>>;              // one V block
+  using TileShapeO = Shape<Int<kBlockM>, Int<kHeadDimV>>;
   using ConsumerAtoms = Layout<Shape<Int<kNumConsumerWarpgroups>, _1, _1>>;
 
   // S = Q K^T: both operands K-major in shared memory.
@@ -124,24 +129,29 @@ struct FwdTraits {
   // O += P V: P from registers, V^T from shared memory (FwdVtLayout).
   static constexpr GMMA::Major kVtMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;
   using TiledMmaO = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDimV>, Int<kBlockN>>,
                            GMMA::Major::K, kVtMajor>(),
       ConsumerAtoms{}));
 
   // Rows fill whole 64-byte swizzle rows at least (d = 96: 192 bytes).
-  static_assert(kHeadDim * sizeof(Element) % 64 == 0);
+  static_assert(kHeadDim * sizeof(Element) % 64 == 0 && kHeadDimV * sizeof(Element) % 64 == 0);
   using SmemAtom = KMajorSmemAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV =
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  using VtLayout = FwdVtLayout<Element, kHeadDim, kBlockN, kStages, SmemLayoutKV>;
+  using SmemLayoutV = decltype(tile_to_shape(KMajorSmemAtom<Element, kHeadDimV>{},
+                                             Shape<Int<kBlockN>, Int<kHeadDimV>, Int<kStages>>{}));
+  using VtLayout = FwdVtLayout<Element, kHeadDimV, kBlockN, kStages, SmemLayoutV>;
   using SmemLayoutVt = typename VtLayout::Smem;
 
   // Global tensors as TMA sees them: (seqlen, head_dim, heads, batch).
-  using GmemShape = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemLayout = Layout<GmemShape, GmemStride>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemLayout{}));
+  template <int kCols>
+  using GmemRows = decltype(make_tensor(
+      make_gmem_ptr(static_cast<Element const*>(nullptr)),
+      Layout<Shape<int32_t, Int<kCols>, int32_t, int32_t>, GmemStride>{}));
+  using GmemTensor = GmemRows<kHeadDim>;
+  using GmemTensorVRows = GmemRows<kHeadDimV>;
 
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{},
                                       select<0, 2>(TileShape{}), _1{}));
@@ -162,13 +172,14 @@ struct FwdTraits {
       kKvCache,
       decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutPageBox{}, PageBoxShape{}, _1{})),
       cute::tuple<>>;
-  using GmemTensorV = typename VtLayout::template Gmem<GmemTensor>;
+  using GmemTensorV = typename VtLayout::template Gmem<GmemTensorVRows>;
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensorV{},
                                       take<0, 2>(typename VtLayout::LoadSmem{}),
-                                      typename VtLayout::template LoadBox<TileShape>{}, _1{}));
+                                      typename VtLayout::LoadBox{}, _1{}));
 
   static constexpr uint32_t kQBytes = sizeof(Element) * size(SmemLayoutQ{});
-  static constexpr uint32_t kKVStageBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutKV{}));
+  static constexpr uint32_t kKStageBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutKV{}));
+  static constexpr uint32_t kVStageBytes = sizeof(Element) * size(take<0, 2>(SmemLayoutV{}));
 
   // K and V have separate pipelines so S = Q K^T can start before V lands.
   using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
@@ -178,7 +189,7 @@ struct FwdTraits {
     // 128-byte swizzled tiles must start on 1024-byte boundaries.
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> k;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, 1024> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, 1024> v;
     typename PipelineKV::SharedStorage pipeline_k;
     typename PipelineKV::SharedStorage pipeline_v;
     cutlass::arch::ClusterTransactionBarrier barrier_q;

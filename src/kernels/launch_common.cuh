@@ -51,12 +51,13 @@ inline cudaError_t multiprocessor_count(int* count) {
   return e;
 }
 
-template <class Traits>
-typename Traits::GmemTensor gmem_tensor(Tensor4d const& t, int batch, int seqlen, int heads) {
+// (seqlen, kCols, heads, batch): kCols is Q's and K's head dim, or V's.
+template <class Traits, int kCols = Traits::kHeadDim>
+auto gmem_tensor(Tensor4d const& t, int batch, int seqlen, int heads) {
   using Element = typename Traits::Element;
   return make_tensor(
       make_gmem_ptr(static_cast<Element const*>(t.data)),
-      make_layout(make_shape(int32_t(seqlen), Int<Traits::kHeadDim>{}, int32_t(heads), int32_t(batch)),
+      make_layout(make_shape(int32_t(seqlen), Int<kCols>{}, int32_t(heads), int32_t(batch)),
                   make_stride(t.stride[1], _1{}, t.stride[2], t.stride[0])));
 }
 

@@ -21,11 +21,15 @@ struct FwdTileConfig {
 // - d 96: d 128's tile (24 + 4 x 24 KB; its 192-byte rows take a 64-byte swizzle).
 // - d 192: O is 96 regs/thread; 128 keys would need 48 + 4 x 48 KB, so
 //   112 (a multiple of the 16-row page box): 48 + 4 x 42 KB = 216 KB.
+// - (192, 128) (head_dim_v 128): S and O are d 128's, so are its 128 keys;
+//   48 + 2 x (48 + 32) KB = 208 KB.
 // - FP8: 128 x 128 at every head dim, so that one tile is one block of the
 //   quantizer's scales (flash3::kFp8ScaleBlock); half the bytes of 16-bit
 //   tiles leave room for a third K/V stage up to d = 128.
-constexpr FwdTileConfig fwd_tile_config(int head_dim, bool fp8 = false) {
+constexpr FwdTileConfig fwd_tile_config(int head_dim, bool fp8 = false, int head_dim_v = 0) {
   if (fp8) return head_dim <= 128 ? FwdTileConfig{128, 128, 3} : FwdTileConfig{128, 128, 2};
+  if (head_dim_v > 0 && head_dim_v < head_dim && head_dim <= 192 && head_dim_v <= 128)
+    return FwdTileConfig{128, 128, 2};
   return head_dim <= 64    ? FwdTileConfig{128, 128, 3}
          : head_dim <= 128 ? FwdTileConfig{128, 128, 2}
          : head_dim <= 192 ? FwdTileConfig{128, 112, 2}

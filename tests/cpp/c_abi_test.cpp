@@ -24,6 +24,7 @@ constexpr uint64_t kSizeV6 = 376;  // ... in ABI v6 (FP8 scales)
 constexpr uint64_t kSizeV7 = 440;  // ... in ABI v7 (KV cache, split-KV)
 constexpr uint64_t kSizeV8 = 560;  // ... in ABI v8 (append with rotary)
 constexpr uint64_t kSizeV9 = 576;  // ... in ABI v9 (pack_gqa in v8's padding, ALiBi)
+constexpr uint64_t kSizeV10 = 584;  // ... in ABI v10 (head_dim_v)
 // A (dtype, head dim) this build has, from CMake.
 constexpr int kDType = FLASH3_TEST_DTYPE;
 constexpr int kHeadDim = FLASH3_TEST_HEAD_DIM;
@@ -97,7 +98,8 @@ TEST(CAbi, StructSizesAreFrozen) {
   EXPECT_EQ(offsetof(flash3_fwd_params, kv_batch_idx), kSizeV6);
   EXPECT_EQ(offsetof(flash3_fwd_params, k_new), kSizeV7);
   EXPECT_EQ(offsetof(flash3_fwd_params, alibi_slopes), kSizeV8);
-  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV9);
+  EXPECT_EQ(offsetof(flash3_fwd_params, head_dim_v), kSizeV9);
+  EXPECT_EQ(sizeof(flash3_fwd_params), kSizeV10);
 }
 
 // A caller compiled against the v1 header passes 216 bytes: the library must
@@ -115,6 +117,21 @@ TEST(CAbi, V1CallerGetsDefaultsForNewerFields) {
   t.params.num_heads_kv = 2;
   EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(flash3_last_error(), "window_left must be >= -1 (-1: unbounded); got -7");
+}
+
+// Likewise for a v9 caller and the v10 field (head_dim_v), which is also
+// in flash3_bwd_params.
+TEST(CAbi, V9CallerGetsDefaultsForNewerFields) {
+  HostTensors t;
+  t.params.struct_size = kSizeV9;
+  t.params.head_dim_v = 7;  // past the caller's struct: must be ignored
+  t.params.num_heads_kv = 3;
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(flash3_last_error(), "num_heads_q (4) must be divisible by num_heads_kv (3)");
+  t.params.struct_size = kSizeV10;  // now it is read
+  EXPECT_EQ(flash3_fwd(&t.params, nullptr), FLASH3_ERROR_UNSUPPORTED);
+  EXPECT_EQ(std::string(flash3_last_error()).rfind("head_dim_v: differs from head_dim only as", 0), 0u)
+      << flash3_last_error();
 }
 
 // Likewise for a v2 caller and the v3 field.
@@ -186,8 +203,8 @@ TEST(CAbi, LargerStructWithUnknownFieldSetIsRefused) {
   p.future_field = 1;
   EXPECT_EQ(flash3_fwd(&p.v1, nullptr), FLASH3_ERROR_UNSUPPORTED);
   EXPECT_STREQ(flash3_last_error(),
-               "params->struct_size: 584 bytes, with fields set beyond the 576 bytes this library "
-               "knows (ABI v9); upgrade flash3 or leave the newer fields zero");
+               "params->struct_size: 592 bytes, with fields set beyond the 584 bytes this library "
+               "knows (ABI v10); upgrade flash3 or leave the newer fields zero");
 }
 
 TEST(CAbi, ValidationMessagesComeThrough) {
@@ -247,11 +264,12 @@ TEST(CAbi, LastErrorIsPerThread) {
 TEST(CAbi, VersionAndBuildInfo) {
   EXPECT_STREQ(flash3_version(), "0.1.0");
   EXPECT_EQ(flash3_abi_version(), FLASH3_ABI_VERSION);
-  EXPECT_EQ(flash3_abi_version(), 9);
+  EXPECT_EQ(flash3_abi_version(), 10);
   EXPECT_STREQ(flash3_build_info(), FLASH3_EXPECTED_BUILD_INFO);
   EXPECT_TRUE(std::regex_match(flash3_build_info(),
                                std::regex("dtypes=(bf16|fp16)(,(bf16|fp16|e4m3))* "
-                                          "head_dims=(64|96|128|192|256)(,(64|96|128|192|256))* arch=sm_90a")))
+                                          "head_dims=(64|96|128|192|256)(,(64|96|128|192|256))* "
+                                          "head_dim_pairs=(192x128)? arch=sm_90a")))
       << flash3_build_info();
 }
 
@@ -300,7 +318,8 @@ TEST(CAbiBackward, ParamsInitAndFrozenSize) {
   EXPECT_EQ(offsetof(flash3_bwd_params, sinks), 408u);        // the v2 size
   EXPECT_EQ(offsetof(flash3_bwd_params, cu_seqlens_q), 424u);  // the v4 size
   EXPECT_EQ(offsetof(flash3_bwd_params, alibi_slopes), 464u);  // the v5 size
-  EXPECT_EQ(sizeof(flash3_bwd_params), 480u);  // v9
+  EXPECT_EQ(offsetof(flash3_bwd_params, head_dim_v), 480u);    // the v9 size
+  EXPECT_EQ(sizeof(flash3_bwd_params), 488u);  // v10
   flash3_bwd_params p;
   std::memset(&p, 0xAB, sizeof(p));
   flash3_bwd_params_init(&p);

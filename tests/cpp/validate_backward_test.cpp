@@ -14,6 +14,7 @@ BuildConfig all_built() {
   BuildConfig c;
   for (DType d : kKnownDTypes)
     for (int h : kSupportedHeadDims) c.add(d, h);
+  c.add(DType::kBFloat16, 192, 128);
   return c;
 }
 
@@ -29,6 +30,23 @@ TEST(ValidateBackward, AcceptsEveryDtypeAndHeadDim) {
       const CheckResult r = validate_backward(valid_backward_params(d, h), all_built());
       EXPECT_TRUE(r.ok()) << r.message;
     }
+}
+
+TEST(ValidateBackward, HeadDimV) {
+  // forward_view carries head_dim_v: the forward's rules apply to it.
+  BackwardParams p = valid_backward_params(DType::kBFloat16, 192);
+  p.head_dim_v = 128;
+  EXPECT_TRUE(validate_backward(p, all_built()).ok()) << validate_backward(p, all_built()).message;
+  EXPECT_EQ(forward_view(p).head_dim_v, 128);
+  p.dtype = DType::kFloat16;
+  expect_error(p, Status::kUnsupported,
+               "head_dim_v: (192, 128) is not built for dtype fp16; rebuild with "
+               "FLASH3_HEAD_DIM_PAIRS including 192x128");
+  p.dtype = DType::kBFloat16;
+  p.head_dim_v = 96;
+  expect_error(p, Status::kUnsupported,
+               "head_dim_v: differs from head_dim only as (head_dim, head_dim_v) = (192, 128); got "
+               "(192, 96)");
 }
 
 TEST(ValidateBackward, RefusesFp8) {

@@ -21,7 +21,16 @@ BuildConfig all_built() {
   for (DType d : kKnownDTypes)
     for (int h : kSupportedHeadDims) c.add(d, h);
   for (int h : kFp8HeadDims) c.add(DType::kFloat8E4M3, h);
+  for (DType d : kKnownDTypes)
+    for (HeadDimPair pair : kHeadDimPairs) c.add(d, pair.qk, pair.v);
   return c;
+}
+
+// valid_params with V's and out's head dim apart (192, 128).
+ForwardParams pair_params(DType dtype = DType::kBFloat16) {
+  ForwardParams p = valid_params(dtype, 192);
+  p.head_dim_v = 128;
+  return p;
 }
 
 void expect_error(const ForwardParams& p, Status status, const std::string& message,
@@ -872,6 +881,82 @@ TEST(FP8Layout, KeyPositionIsAPermutationOfEach16) {
   EXPECT_EQ(fp8_vt_keys(1), 128);
   EXPECT_EQ(fp8_vt_keys(128), 128);
   EXPECT_EQ(fp8_vt_keys(129), 256);
+}
+
+TEST(Validate, HeadDimV) {
+  expect_ok(pair_params());
+  expect_ok(pair_params(DType::kFloat16));
+  ForwardParams same = valid_params(DType::kBFloat16, 192);
+  same.head_dim_v = 192;  // spelled out: the same kernel as 0
+  expect_ok(same);
+  EXPECT_EQ(head_dim_v(same), 192);
+  same.head_dim_v = 0;
+  EXPECT_EQ(head_dim_v(same), 192);
+  ForwardParams p = pair_params();
+  p.head_dim_v = -1;
+  expect_error(p, Status::kInvalidArgument, "head_dim_v must be >= 0 (0: head_dim); got -1");
+  p = valid_params(DType::kBFloat16, 128);
+  p.head_dim_v = 64;
+  expect_error(p, Status::kUnsupported,
+               "head_dim_v: differs from head_dim only as (head_dim, head_dim_v) = (192, 128); got "
+               "(128, 64)");
+  p = pair_params();
+  p.dtype = DType::kFloat8E4M3;  // FP8 has no head dim 192
+  expect_error(p, Status::kUnsupported,
+               "head_dim: dtype e4m3 (FP8) supports head dims 64, 128, 256 (a power of two for the "
+               "Hadamard transform); got 192");
+  // What only the KV-cache kernel does, by name.
+  const int32_t* lengths = reinterpret_cast<const int32_t*>(uintptr_t{0x2000000});
+  p = pair_params();
+  p.seqused_k = lengths;
+  expect_error(p, Status::kUnsupported,
+               "seqused_k: the KV-cache kernel takes head_dim_v = head_dim; got (192, 128)");
+  p = pair_params();
+  p.page_table = lengths;
+  expect_error(p, Status::kUnsupported,
+               "page_table: the KV-cache kernel takes head_dim_v = head_dim; got (192, 128)");
+  p = pair_params();
+  p.num_splits = 2;
+  expect_error(p, Status::kUnsupported,
+               "num_splits: the KV-cache kernel takes head_dim_v = head_dim; got (192, 128)");
+  p = pair_params();
+  p.cu_seqlens_q = lengths;
+  p.total_q = 100;
+  expect_error(p, Status::kUnsupported,
+               "cu_seqlens_q without cu_seqlens_k: the KV-cache kernel takes head_dim_v = head_dim; "
+               "got (192, 128)");
+  // Varlen (both cu_seqlens) is the varlen kernel's: accepted.
+  p.cu_seqlens_k = lengths;
+  p.total_k = 200;
+  expect_ok(p);
+  // Neither PackGQA nor a split is chosen for it (the KV-cache kernel's).
+  p = pair_params();
+  p.seqlen_q = 1;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.pack_gqa = PackGqa::kOn;
+  EXPECT_FALSE(uses_kv_cache_kernel(p, 1));
+  EXPECT_EQ(resolve_splits(p, 132), 1);
+}
+
+TEST(Validate, HeadDimPairNotBuilt) {
+  BuildConfig equal_only;
+  for (DType d : kKnownDTypes)
+    for (int h : kSupportedHeadDims) equal_only.add(d, h);
+  expect_error(pair_params(), Status::kUnsupported,
+               "head_dim_v: (192, 128) is not built for dtype bf16; rebuild with "
+               "FLASH3_HEAD_DIM_PAIRS including 192x128",
+               equal_only);
+  // The pair alone: its kernel, without 192's.
+  BuildConfig pair_only;
+  pair_only.add(DType::kBFloat16, 192, 128);
+  pair_only.add(DType::kBFloat16, 64);
+  expect_ok(pair_params(), pair_only);
+  EXPECT_TRUE(pair_only.has(DType::kBFloat16, 192, 128));
+  EXPECT_FALSE(pair_only.has(DType::kFloat16, 192, 128));
+  EXPECT_FALSE(pair_only.has(DType::kBFloat16, 192));
+  pair_only.add(DType::kBFloat16, 128, 64);  // not a pair the kernels know: ignored
+  EXPECT_FALSE(pair_only.has(DType::kBFloat16, 128, 64));
 }
 
 TEST(BuildConfig, Lists) {

@@ -11,12 +11,28 @@ from flash3 import _lib
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 HEAD_DIMS = (64, 96, 128, 192, 256)  # the 16-bit kernels (validate.hpp)
+# (head_dim, head_dim_v) pairs with V's head dim apart (validate.hpp kHeadDimPairs).
+HEAD_DIM_PAIRS = ((192, 128),)
+# A test parametrized over both takes an int or a pair as `head_dim`.
+ALL_HEAD_DIMS = HEAD_DIMS + HEAD_DIM_PAIRS
+
+
+def split_head_dim(head_dim):
+    """(q's and k's head dim, v's) of an entry of ALL_HEAD_DIMS."""
+    return head_dim if isinstance(head_dim, tuple) else (head_dim, head_dim)
+
+
+def head_dim_id(head_dim):
+    d, dv = split_head_dim(head_dim)
+    return f"{d}" if d == dv else f"{d}x{dv}"
 
 
 def _built():
     info = _lib.build_info()
     dtypes = set(re.search(r"dtypes=([\w,]+)", info).group(1).split(","))
     head_dims = {int(x) for x in re.search(r"head_dims=([\d,]+)", info).group(1).split(",")}
+    pairs = re.search(r"head_dim_pairs=([\dx,]*)", info).group(1)
+    head_dims |= {tuple(int(d) for d in pair.split("x")) for pair in pairs.split(",") if pair}
     return dtypes, head_dims, info
 
 
@@ -31,10 +47,17 @@ def _where(seed):
 
 
 def make_qkv(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype):
-    q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device="cuda")
-    k = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device="cuda")
-    v = torch.randn(batch, seqlen_k, heads_kv, head_dim, dtype=dtype, device="cuda")
+    """`head_dim`: an int, or a (head_dim, head_dim_v) pair."""
+    d, dv = split_head_dim(head_dim)
+    q = torch.randn(batch, seqlen_q, heads_q, d, dtype=dtype, device="cuda")
+    k = torch.randn(batch, seqlen_k, heads_kv, d, dtype=dtype, device="cuda")
+    v = torch.randn(batch, seqlen_k, heads_kv, dv, dtype=dtype, device="cuda")
     return q, k, v
+
+
+def out_shape(q, v):
+    """out's (and dout's) shape: q's with v's head dim."""
+    return (*q.shape[:-1], v.shape[-1])
 
 
 def _max_abs(x):
@@ -105,4 +128,4 @@ def mask_id(mask):
 def _any_built():
     dtypes, head_dims, _ = _built()
     dtype_name = "bf16" if "bf16" in dtypes else sorted(dtypes)[0]
-    return dtype_name, DTYPES[dtype_name], min(head_dims)
+    return dtype_name, DTYPES[dtype_name], min(d for d in head_dims if isinstance(d, int))

@@ -22,7 +22,8 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, HEAD_DIMS, MASKS, SINK_MASKS, _any_built,
+    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, ALL_HEAD_DIMS, DTYPES, HEAD_DIM_PAIRS, HEAD_DIMS,
+    MASKS, SINK_MASKS, _any_built, head_dim_id, out_shape,
     _where, assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
 
 GQA_RATIOS = (1, 2, 8)
@@ -67,7 +68,7 @@ def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, determinis
                 **mask):
     """`mask`: window_size, softcap and sinks, as flash_attn_func takes them."""
     if dout is None:
-        dout = torch.randn_like(q)
+        dout = torch.randn(out_shape(q, v), dtype=q.dtype, device=q.device)
     got = flash3_grads(q, k, v, dout, causal, softmax_scale, deterministic, **mask)
     ref = reference_grads(q, k, v, dout, causal, softmax_scale, **mask)
     lowp = reference_grads(q, k, v, dout, causal, softmax_scale, upcast=False, **mask)
@@ -80,16 +81,17 @@ def check_grads(q, k, v, seed, causal, softmax_scale=None, dout=None, determinis
 
 def _cases():
     for (dtype_name, head_dim, causal, ratio, lengths) in itertools.product(
-            DTYPES, HEAD_DIMS, (False, True), GQA_RATIOS, SMALL_LENGTHS):
+            DTYPES, ALL_HEAD_DIMS, (False, True), GQA_RATIOS, SMALL_LENGTHS):
         yield dtype_name, head_dim, causal, ratio, lengths
     for i, (dtype_name, head_dim, causal, lengths) in enumerate(itertools.product(
-            DTYPES, HEAD_DIMS, (False, True), LARGE_LENGTHS)):
+            DTYPES, ALL_HEAD_DIMS, (False, True), LARGE_LENGTHS)):
         yield dtype_name, head_dim, causal, GQA_RATIOS[i % len(GQA_RATIOS)], lengths
 
 
 def _case_id(case):
     dtype_name, head_dim, causal, ratio, (b, sq, sk) = case
-    return f"{dtype_name}-d{head_dim}-{'causal' if causal else 'full'}-gqa{ratio}-b{b}-{sq}x{sk}"
+    return (f"{dtype_name}-d{head_dim_id(head_dim)}-{'causal' if causal else 'full'}-gqa{ratio}"
+            f"-b{b}-{sq}x{sk}")
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=_case_id)
@@ -179,7 +181,7 @@ MASK_LENGTHS = [(1, 113, 255), (2, 255, 113), (2, 799, 799), (1, 1023, 2049)]
 
 @pytest.mark.parametrize("lengths", MASK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
     require_built(dtype_name, head_dim)
@@ -189,14 +191,14 @@ def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
     check_grads(q, k, v, seed, causal, window_size=window_size, softcap=softcap)
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("window_size", [(512, 0), (300, 300), (-1, 64)], ids=str)
 def test_deterministic_window_20_runs(head_dim, window_size, seed):
     # Windows make the dQ adds of a tile start at a key block other than 0:
     # the ordered adds must still all arrive (no hang) and repeat bitwise.
     require_built("bf16", head_dim)
     q, k, v = make_qkv(2, 4096, 4096, 8, 2, head_dim, torch.bfloat16)
-    dout = torch.randn_like(q)
+    dout = torch.randn(out_shape(q, v), dtype=q.dtype, device=q.device)
     _deterministic_grads(q, k, v, dout, False, runs=20, window_size=window_size)
     check_grads(q, k, v, seed, False, dout=dout, deterministic=True, window_size=window_size)
 
@@ -204,7 +206,7 @@ def test_deterministic_window_20_runs(head_dim, window_size, seed):
 @pytest.mark.parametrize("lengths", [(2, 255, 113), (1, 799, 799), (1, 1023, 2049)],
                          ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", SINK_MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_sinks(dtype_name, head_dim, mask, lengths, seed):
     require_built(dtype_name, head_dim)
@@ -218,7 +220,7 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
 @pytest.mark.parametrize("per_batch", [False, True], ids=["per-head", "per-batch"])
 @pytest.mark.parametrize("lengths", ALIBI_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS + HEAD_DIM_PAIRS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_alibi(dtype_name, head_dim, mask, lengths, per_batch, seed):
     require_built(dtype_name, head_dim)

@@ -18,6 +18,8 @@ def test_forward_flops():
     assert bench.forward_flops(2, 16, 1024, 1024, 128, True) == 2 * 2 * 16 * 1024 * 1024 * 128
     # Causal with sq != sk is not halved.
     assert bench.forward_flops(1, 1, 16, 1024, 64, True) == 4 * 16 * 1024 * 64
+    # v's head dim apart: S costs 2 sq sk d, P V 2 sq sk dv.
+    assert bench.forward_flops(1, 2, 64, 64, 192, False, 128) == 2 * 2 * 64 * 64 * (192 + 128)
 
 
 def test_parse_args():
@@ -44,6 +46,14 @@ def test_parse_args():
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
     assert bench.parse_args(["--varlen", "--bwd"]).hdims == (128,)
+    assert bench.parse_args(["--hdims", "128,192x128"]).hdims == (128, (192, 128))
+    for bad in (["--hdims", "192x0"], ["--hdims", "192x128", "--varlen"],
+                ["--hdims", "192x128", "--window", "64"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+    shapes = list(bench.training_shapes(((192, 128), 64), (8192,), (False,)))
+    assert [(s["head_dim"], s["head_dim_v"], s["heads"]) for s in shapes] == [(192, 128, 10), (64, 64, 32)]
+    assert [bench.hdim_label(s) for s in shapes] == ["192x128", "64"]
 
 
 def test_varlen_lengths_are_the_issues_batch_and_reproducible():

@@ -61,7 +61,7 @@ def test_version_matches_package():
 
 
 def test_abi_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION == 9
+    assert _lib.abi_version() == _lib.ABI_VERSION == 10
 
 
 def test_build_info_lists_configurations():
@@ -75,10 +75,12 @@ def test_struct_layout_matches_header():
     # 8 (struct_size) + 4 tensors * 40 + 8 (lse) + 12 * 4 (scalars) = 224, padded to 8;
     # each version's fields start where the previous version's struct ended.
     assert ctypes.sizeof(_lib.Tensor) == 40
-    assert ctypes.sizeof(_lib.FwdParams) == 576
+    assert ctypes.sizeof(_lib.FwdParams) == 584
+    assert _lib.FwdParams.head_dim_v.offset == 576
     assert _lib.FwdParams.alibi_slopes.offset == 560
     assert _lib.FwdParams.k_new.offset == 440
-    assert ctypes.sizeof(_lib.BwdParams) == 480
+    assert ctypes.sizeof(_lib.BwdParams) == 488
+    assert _lib.BwdParams.head_dim_v.offset == 480
     assert _lib.BwdParams.alibi_slopes.offset == 464
     assert _lib.BwdParams.cu_seqlens_q.offset == 424
     assert _lib.FwdParams.sinks.offset == 232

@@ -24,8 +24,9 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, DTYPES, HEAD_DIMS, MASKS, SINK_MASKS, _any_built,
-    _built, _where, assert_rule, make_alibi_slopes, make_qkv, make_sinks, mask_id, require_built)
+    ALIBI_HEAD_DIMS, ALIBI_LENGTHS, ALIBI_MASKS, ALL_HEAD_DIMS, DTYPES, HEAD_DIM_PAIRS, HEAD_DIMS,
+    MASKS, SINK_MASKS, _any_built, _built, _where, assert_rule, head_dim_id, make_alibi_slopes,
+    make_qkv, make_sinks, mask_id, out_shape, require_built)
 
 GQA_RATIOS = (1, 2, 8)
 HEADS_KV = 2
@@ -53,7 +54,7 @@ def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=
     visible = ~empty
     for label, (out, lse) in results.items():
         where = f"[{label}] {_where(seed)}"
-        assert out.dtype == q.dtype and out.shape == q.shape and out.is_contiguous(), where
+        assert out.dtype == q.dtype and out.shape == out_shape(q, v) and out.is_contiguous(), where
         assert lse.dtype == torch.float32 and lse.shape == ref_lse.shape and lse.is_contiguous(), where
         if empty.any():
             rows = empty.transpose(1, 2)  # (b, sq, h): out's row order
@@ -66,8 +67,8 @@ def check_against_reference(q, k, v, results, seed, causal=False, softmax_scale=
 def run_poisoned(q, k, v, causal=False, softmax_scale=None, with_lse=True, window_size=(-1, -1),
                  softcap=0.0, sinks=None, alibi_slopes=None):
     """The op's own launch path into NaN-filled buffers, so unwritten elements fail."""
-    b, sq, hq, d = q.shape
-    out = torch.full((b, sq, hq, d), float("nan"), dtype=q.dtype, device=q.device)
+    b, sq, hq, _ = q.shape
+    out = torch.full(out_shape(q, v), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((b, hq, sq), float("nan"), dtype=torch.float32, device=q.device)
     ops._launch(q, k, v, out, lse if with_lse else None, softmax_scale, causal,
                 *ops._abi_window(window_size),
@@ -86,17 +87,18 @@ def check_both_paths(q, k, v, seed, causal=False, softmax_scale=None, **mask):
 
 
 def _cases():
-    small = itertools.product(DTYPES, HEAD_DIMS, (False, True), GQA_RATIOS, SMALL_LENGTHS)
+    small = itertools.product(DTYPES, ALL_HEAD_DIMS, (False, True), GQA_RATIOS, SMALL_LENGTHS)
     for dtype_name, head_dim, causal, ratio, lengths in small:
         yield dtype_name, head_dim, causal, ratio, lengths
-    large = itertools.product(DTYPES, HEAD_DIMS, (False, True), LARGE_LENGTHS)
+    large = itertools.product(DTYPES, ALL_HEAD_DIMS, (False, True), LARGE_LENGTHS)
     for i, (dtype_name, head_dim, causal, lengths) in enumerate(large):
         yield dtype_name, head_dim, causal, GQA_RATIOS[i % len(GQA_RATIOS)], lengths
 
 
 def _case_id(case):
     dtype_name, head_dim, causal, ratio, (b, sq, sk) = case
-    return f"{dtype_name}-d{head_dim}-{'causal' if causal else 'full'}-gqa{ratio}-b{b}-{sq}x{sk}"
+    return (f"{dtype_name}-d{head_dim_id(head_dim)}-{'causal' if causal else 'full'}-gqa{ratio}"
+            f"-b{b}-{sq}x{sk}")
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=_case_id)
@@ -116,7 +118,7 @@ PERSISTENT_HEADS = (16, 4)
 
 
 @pytest.mark.parametrize("lengths", PERSISTENT_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_persistent_grid(dtype_name, head_dim, lengths, seed):
     require_built(dtype_name, head_dim)
@@ -151,7 +153,7 @@ def test_noncontiguous_inputs(dtype_name, head_dim, seed):
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("softmax_scale", [0.05, 0.3, 1.0])
 def test_softmax_scale(dtype_name, head_dim, softmax_scale, seed):
     require_built(dtype_name, head_dim)
@@ -175,7 +177,7 @@ MASK_LENGTHS = [(2, 300, 555), (1, 799, 113), (2, 1023, 1023), (1, 17, 4096), (1
 
 @pytest.mark.parametrize("lengths", MASK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_window_and_softcap(dtype_name, head_dim, mask, lengths, seed):
     require_built(dtype_name, head_dim)
@@ -190,7 +192,7 @@ SINK_LENGTHS = [(2, 300, 555), (1, 799, 113), (1, 2049, 2049)]
 
 @pytest.mark.parametrize("lengths", SINK_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", SINK_MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_sinks(dtype_name, head_dim, mask, lengths, seed):
     require_built(dtype_name, head_dim)
@@ -204,7 +206,7 @@ def test_sinks(dtype_name, head_dim, mask, lengths, seed):
 @pytest.mark.parametrize("per_batch", [False, True], ids=["per-head", "per-batch"])
 @pytest.mark.parametrize("lengths", ALIBI_LENGTHS, ids=lambda s: "b{}-{}x{}".format(*s))
 @pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
-@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS + HEAD_DIM_PAIRS, ids=head_dim_id)
 @pytest.mark.parametrize("dtype_name", DTYPES)
 def test_alibi(dtype_name, head_dim, mask, lengths, per_batch, seed):
     require_built(dtype_name, head_dim)
@@ -295,6 +297,21 @@ def test_zero_sized(shape, seed):
         assert out.shape == q.shape and lse.shape == (b, 4, sq)
         # Vacuous for empty outputs; with seqlen_k == 0 every row sees no key.
         assert (out == 0).all() and torch.isneginf(lse).all()
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("head_dim", HEAD_DIM_PAIRS, ids=head_dim_id)
+def test_head_dim_v_without_keys_and_refusals(dtype_name, head_dim, seed):
+    # seqlen_k == 0 writes out's own head dim of zeros (poisoned: every
+    # column); what only the KV-cache kernel does is refused by name.
+    require_built(dtype_name, head_dim)
+    dtype = DTYPES[dtype_name]
+    q, k, v = make_qkv(2, 33, 0, 4, 2, head_dim, dtype)
+    for out, lse in (flash3.flash_attn_func(q, k, v, return_lse=True), run_poisoned(q, k, v)):
+        assert out.shape == out_shape(q, v) and (out == 0).all() and torch.isneginf(lse).all()
+    q, k, v = make_qkv(2, 1, 300, 8, 2, head_dim, dtype)
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"v_cache: shape must equal k_cache's"):
+        flash3.flash_attn_with_kvcache(q, k, v)
 
 
 def test_causal_rows_without_keys(seed):
@@ -405,6 +422,11 @@ def test_bad_inputs_name_the_argument():
          r"num_heads_q \(3\) must be divisible by num_heads_kv \(2\)"),
         (tuple(torch.randn(2, 64, h, 48, dtype=dtype, device="cuda") for h in (4, 2, 2)),
          flash3.Flash3Unsupported, r"head_dim.*48"),
+        ((q, k, v[..., :d // 2]), flash3.Flash3Unsupported,
+         rf"head_dim_v: differs from head_dim only as \(head_dim, head_dim_v\) = \(192, 128\); "
+         rf"got \({d}, {d // 2}\)"),
+        ((q, k, v[:, :32]), flash3.Flash3InvalidArgument,
+         r"v: shape must equal k's \(2, 64, 2, \d+\) but for the last \(head\) dim; got \(2, 32,"),
         ((torch.randn(2, 64, 4, 2 * d, dtype=dtype, device="cuda")[..., ::2], k, v),
          flash3.Flash3InvalidArgument, r"q: head_dim stride must be 1.*got 2"),
         ((_misaligned_like(q), k, v), flash3.Flash3InvalidArgument, r"q: data pointer must be 16-byte aligned"),

@@ -55,8 +55,19 @@ def test_shape_disagreements_are_rejected():
         flash3.flash_attn_func(q, torch.cat([k, k[:1]]), torch.cat([v, v[:1]]))
     with pytest.raises(flash3.Flash3Error, match=r"k: head_dim must equal q's \(64\); got 32"):
         flash3.flash_attn_func(q, k[..., :32], v[..., :32])
-    with pytest.raises(flash3.Flash3Error, match=r"v: shape must equal k's \(2, 7, 2, 64\); got \(2, 6, 2, 64\)"):
+    with pytest.raises(flash3.Flash3Error,
+                       match=r"v: shape must equal k's \(2, 7, 2, 64\) but for the last \(head\) dim; "
+                             r"got \(2, 6, 2, 64\)"):
         flash3.flash_attn_func(q, k, v[:, :6])
+    # v's own head dim passes the torch-side checks (the fake gives out that
+    # head dim); which pairs exist is the library's to say.
+    out, lse = torch.ops.flash3.fwd(q, k, v[..., :32], None, False)
+    assert out.shape == (2, 5, 4, 32) and lse.shape == (2, 4, 5)
+    dq, dk, dv, _ = torch.ops.flash3.bwd(out, q, k, v[..., :32], out, lse, None, False, False)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, (2, 7, 2, 32))
+    with pytest.raises(flash3.Flash3Error, match=r"dout: shape must be q's with v's head dim, "
+                                                 r"\(2, 5, 4, 32\); got \(2, 5, 4, 64\)"):
+        torch.ops.flash3.bwd(q, q, k, v[..., :32], out, lse, None, False, False)
     with pytest.raises(flash3.Flash3Error, match=r"q: must be 4-d"):
         flash3.flash_attn_func(q[0], k, v)
 

@@ -17,9 +17,10 @@ import flash3  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    ALIBI_HEAD_DIMS, ALIBI_MASKS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule,
-    make_alibi_slopes, make_sinks, mask_id, require_built)
-from test_varlen_gpu import GQA_RATIOS, HEAD_DIMS, HEADS_KV, LONG, SHORT, pack, spans_of  # noqa: E402
+    ALIBI_HEAD_DIMS, ALIBI_MASKS, ALL_HEAD_DIMS, DTYPES, HEAD_DIM_PAIRS, MASKS, SINK_MASKS,
+    _any_built, _where, assert_rule, head_dim_id, make_alibi_slopes, make_sinks, mask_id, out_shape,
+    require_built)
+from test_varlen_gpu import GQA_RATIOS, HEADS_KV, LONG, SHORT, pack, spans_of  # noqa: E402
 
 
 def _leaves(tensors, sinks):
@@ -64,7 +65,7 @@ def check_grads(lengths, q, k, v, cu_q, cu_k, seed, seqused=None, **mask):
     if seqused is not None:
         used = dict(seqused_q=torch.tensor(seqused[0], dtype=torch.int32, device="cuda"),
                     seqused_k=torch.tensor(seqused[1], dtype=torch.int32, device="cuda"))
-    dout = torch.randn_like(q)
+    dout = torch.randn(out_shape(q, v), dtype=q.dtype, device=q.device)
     got = flash3_grads(q, k, v, dout, cu_q, cu_k, max_q, max_k, used=used, **mask)
     ref = reference_grads(q, k, v, dout, spans, True, **mask)
     lowp = reference_grads(q, k, v, dout, spans, False, **mask)
@@ -76,17 +77,17 @@ def check_grads(lengths, q, k, v, cu_q, cu_k, seed, seqused=None, **mask):
 
 
 def _cases():
-    for dtype_name, head_dim, causal, ratio in itertools.product(DTYPES, HEAD_DIMS, (False, True),
-                                                                 GQA_RATIOS):
+    for dtype_name, head_dim, causal, ratio in itertools.product(DTYPES, ALL_HEAD_DIMS,
+                                                                 (False, True), GQA_RATIOS):
         yield dtype_name, head_dim, causal, ratio, "short"
     for i, (dtype_name, head_dim, causal) in enumerate(
-            itertools.product(DTYPES, HEAD_DIMS, (False, True))):
+            itertools.product(DTYPES, ALL_HEAD_DIMS, (False, True))):
         yield dtype_name, head_dim, causal, GQA_RATIOS[i % len(GQA_RATIOS)], "long"
 
 
 def _case_id(case):
     dtype_name, head_dim, causal, ratio, which = case
-    return f"{dtype_name}-d{head_dim}-{'causal' if causal else 'full'}-gqa{ratio}-{which}"
+    return f"{dtype_name}-d{head_dim_id(head_dim)}-{'causal' if causal else 'full'}-gqa{ratio}-{which}"
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=_case_id)
@@ -98,7 +99,7 @@ def test_varlen_backward_matches_reference(case, seed):
     check_grads(lengths, q, k, v, cu_q, cu_k, seed, causal=causal)
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("mask", MASKS, ids=mask_id)
 def test_varlen_backward_windows_and_softcap(mask, head_dim, seed):
     dtype_name, dtype, _ = _any_built()
@@ -109,7 +110,7 @@ def test_varlen_backward_windows_and_softcap(mask, head_dim, seed):
                 softcap=softcap)
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("mask", SINK_MASKS, ids=mask_id)
 def test_varlen_backward_sinks(mask, head_dim, seed):
     dtype_name, dtype, _ = _any_built()
@@ -120,7 +121,7 @@ def test_varlen_backward_sinks(mask, head_dim, seed):
                 softcap=softcap, sinks=make_sinks(4, 255))
 
 
-@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALIBI_HEAD_DIMS + HEAD_DIM_PAIRS, ids=head_dim_id)
 @pytest.mark.parametrize("mask", ALIBI_MASKS, ids=mask_id)
 def test_varlen_alibi(mask, head_dim, seed):
     # Forward and backward (the forward through the gradients' reference;

@@ -18,8 +18,8 @@ from flash3 import ops  # noqa: E402
 from flash3.reference import attention_ref  # noqa: E402
 
 from attention_checks import (  # noqa: E402
-    DTYPES, HEAD_DIMS, MASKS, SINK_MASKS, _any_built, _where, assert_rule, make_sinks, mask_id,
-    require_built)
+    ALL_HEAD_DIMS, DTYPES, MASKS, SINK_MASKS, _any_built, _where, assert_rule,
+    head_dim_id, make_sinks, mask_id, out_shape, require_built, split_head_dim)
 
 GQA_RATIOS = (1, 2, 8)
 HEADS_KV = 2
@@ -32,12 +32,14 @@ LONG = [(2049, 2049), (1, 300), (1023, 4097), (0, 0), (3000, 1000)]
 
 
 def pack(lengths, heads_q, heads_kv, head_dim, dtype):
-    """Random packed q, k, v and int32 cu_seqlens for `lengths`."""
+    """Random packed q, k, v and int32 cu_seqlens for `lengths`; `head_dim`
+    an int or a (head_dim, head_dim_v) pair."""
+    d, dv = split_head_dim(head_dim)
     total_q = sum(sq for sq, _ in lengths)
     total_k = sum(sk for _, sk in lengths)
-    q = torch.randn(total_q, heads_q, head_dim, dtype=dtype, device="cuda")
-    k = torch.randn(total_k, heads_kv, head_dim, dtype=dtype, device="cuda")
-    v = torch.randn(total_k, heads_kv, head_dim, dtype=dtype, device="cuda")
+    q = torch.randn(total_q, heads_q, d, dtype=dtype, device="cuda")
+    k = torch.randn(total_k, heads_kv, d, dtype=dtype, device="cuda")
+    v = torch.randn(total_k, heads_kv, dv, dtype=dtype, device="cuda")
     cu_q, cu_k = ([0] + list(itertools.accumulate(n)) for n in zip(*lengths))
     as_int32 = lambda x: torch.tensor(x, dtype=torch.int32, device="cuda")  # noqa: E731
     return q, k, v, as_int32(cu_q), as_int32(cu_k)
@@ -47,7 +49,7 @@ def reference(q, k, v, spans, upcast, **kwargs):
     """attention_ref on each sequence alone; spans: ((q0, q1), (k0, k1)) per
     sequence. Returns packed out and (heads_q, total_q) lse; rows in no span
     are NaN."""
-    out = torch.full(q.shape, float("nan"), dtype=torch.float32 if upcast else q.dtype,
+    out = torch.full(out_shape(q, v), float("nan"), dtype=torch.float32 if upcast else q.dtype,
                      device=q.device)
     lse = torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device)
     for (q0, q1), (k0, k1) in spans:
@@ -70,7 +72,7 @@ def spans_of(lengths, seqused=None):
 
 def run_poisoned(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, window_size=(-1, -1),
                  softcap=0.0, sinks=None, seqused_q=None, seqused_k=None):
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    out = torch.full(out_shape(q, v), float("nan"), dtype=q.dtype, device=q.device)
     lse = torch.full((q.shape[1], q.shape[0]), float("nan"), device=q.device)
     ops._launch(q, k, v, out, lse, None, causal, *ops._abi_window(window_size), softcap, sinks,
                 varlen=(cu_q, cu_k, seqused_q, seqused_k, max_q, max_k))
@@ -102,7 +104,7 @@ def check(lengths, q, k, v, cu_q, cu_k, seed, seqused=None, **mask):
     ref_lse, lowp_lse = ref_lse[:, in_sequence], lowp_lse[:, in_sequence]
     for label, (out, lse) in results.items():
         where = f"[{label}] {_where(seed)}"
-        assert out.shape == q.shape and out.dtype == q.dtype, where
+        assert out.shape == out_shape(q, v) and out.dtype == q.dtype, where
         assert lse.shape == (q.shape[1], q.shape[0]) and lse.dtype == torch.float32, where
         if label == "poisoned":
             assert torch.isnan(out[~in_sequence]).all(), f"out: a row in no sequence was written {where}"
@@ -115,17 +117,17 @@ def check(lengths, q, k, v, cu_q, cu_k, seed, seqused=None, **mask):
 
 
 def _cases():
-    for dtype_name, head_dim, causal, ratio in itertools.product(DTYPES, HEAD_DIMS, (False, True),
-                                                                 GQA_RATIOS):
+    for dtype_name, head_dim, causal, ratio in itertools.product(DTYPES, ALL_HEAD_DIMS,
+                                                                 (False, True), GQA_RATIOS):
         yield dtype_name, head_dim, causal, ratio, "short"
     for i, (dtype_name, head_dim, causal) in enumerate(
-            itertools.product(DTYPES, HEAD_DIMS, (False, True))):
+            itertools.product(DTYPES, ALL_HEAD_DIMS, (False, True))):
         yield dtype_name, head_dim, causal, GQA_RATIOS[i % len(GQA_RATIOS)], "long"
 
 
 def _case_id(case):
     dtype_name, head_dim, causal, ratio, which = case
-    return f"{dtype_name}-d{head_dim}-{'causal' if causal else 'full'}-gqa{ratio}-{which}"
+    return f"{dtype_name}-d{head_dim_id(head_dim)}-{'causal' if causal else 'full'}-gqa{ratio}-{which}"
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=_case_id)
@@ -137,7 +139,7 @@ def test_varlen_matches_reference(case, seed):
     check(lengths, q, k, v, cu_q, cu_k, seed, causal=causal)
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", ALL_HEAD_DIMS, ids=head_dim_id)
 @pytest.mark.parametrize("mask", MASKS, ids=mask_id)
 def test_varlen_windows_and_softcap(mask, head_dim, seed):
     dtype_name, dtype, _ = _any_built()
