@@ -6,7 +6,7 @@ causal with seqlen_q > seqlen_k (rows that see no key), sliding windows
 head dim and dtype (and head_dim_v 128 at head_dim 192), the backward in both modes (atomic and deterministic dq);
 varlen forwards and backwards (both dq modes) with empty sequences and with
 cu_seqlens past the packed tensors (which the kernels must clamp), also for
-varlen q over a KV cache; FP8:
+varlen q over a KV cache (appending to it too); FP8:
 quantize (block and per-tensor scaling, e4m3 v transposed) and the forward
 at every head dim."""
 
@@ -129,8 +129,10 @@ def kvcache_cases():
                 rotary_cos=torch.ones(capacity, d // 2, device="cuda", dtype=torch.bfloat16),
                 rotary_sin=torch.zeros(capacity, d // 2, device="cuda", dtype=torch.bfloat16))
         # Varlen q (5, 0 and 8 queries; then offsets past the packed q, clamped)
-        # over the cache, split and not, packed GQA or not.
+        # over the cache, split and not, packed GQA or not; and appending one
+        # new key per query (k, v packed like q), past the capacity too.
         packed_q = torch.randn(13, 4, d, device="cuda", dtype=torch.bfloat16)
+        packed_new = torch.randn(13, 2, d, device="cuda", dtype=torch.bfloat16)
         for cu in ([0, 5, 5, 13], [0, 10**6, -5, 12]):
             cu = torch.tensor(cu, dtype=torch.int32, device="cuda")
             for splits, pack_gqa in ((1, None), (3, True), (3, False)):
@@ -138,6 +140,12 @@ def kvcache_cases():
                                                cache_leftpad=leftpad, cache_batch_idx=batch_idx,
                                                cu_seqlens_q=cu, max_seqlen_q=8, causal=True,
                                                num_splits=splits, pack_gqa=pack_gqa)
+                flash3.flash_attn_with_kvcache(packed_q, k_cache, v_cache, k=packed_new,
+                                               v=packed_new, rotary_cos=angles, rotary_sin=angles,
+                                               cache_seqlens=cached, cache_leftpad=leftpad,
+                                               cache_batch_idx=batch_idx, cu_seqlens_q=cu,
+                                               max_seqlen_q=8, causal=True, num_splits=splits,
+                                               pack_gqa=pack_gqa)
         torch.cuda.synchronize()
         print(f"ok kvcache d={d}")
 

@@ -41,7 +41,8 @@ extern "C" {
  * v9: pack_gqa in flash3_fwd_params (was v8_padding: a zeroed v8 struct asks
  *     for the automatic choice); varlen q over a KV cache (cu_seqlens_q
  *     without cu_seqlens_k); ALiBi (alibi_slopes) in both params structs.
- * v10: head_dim_v in both params structs (V's and out's head dim). */
+ * v10: head_dim_v in both params structs (V's and out's head dim); append
+ *     with varlen q (k_new / v_new packed like q, seqlen_new = seqlen_q). */
 #define FLASH3_ABI_VERSION 10
 
 typedef enum flash3_status {
@@ -159,7 +160,9 @@ typedef struct flash3_fwd_params {
   /* v8. Append (KV cache, needs seqused_k; flash3::ForwardParams says it in
    * full): k_new and v_new (batch, seqlen_new, num_heads_kv, head_dim) become
    * keys [seqused_k[b], seqused_k[b] + seqlen_new) of batch entry b's cache,
-   * written by the attention kernel, which attends to them too. Rotary (with
+   * written by the attention kernel, which attends to them too (varlen q,
+   * v10: k_new and v_new packed like q, (1, total_q, num_heads_kv,
+   * head_dim), one new key per query, seqlen_new = seqlen_q). Rotary (with
    * append): rotary_cos / rotary_sin, contiguous (rotary_seqlen >= seqlen_k,
    * rotary_dim / 2) of q's dtype, rotate the first rotary_dim (a multiple of
    * 16) values of the new keys (key i at position seqused_k[b] + i) and of q

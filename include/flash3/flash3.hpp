@@ -120,7 +120,7 @@ struct ForwardParams {
   // Varlen q over a cache: cu_seqlens_q (and optionally seqused_q) without
   // cu_seqlens_k: q and out packed as for varlen, (1, total_q, heads_q,
   // head_dim), seqlen_q the longest sequence, lse (heads_q, total_q);
-  // sequence b attends to cache entry b's keys as above (no append).
+  // sequence b attends to cache entry b's keys as above (append: below).
   // Paged (page_table set): k and v are cache_batch pages (cache_batch,
   // page_size, heads_kv, head_dim); key j of batch entry b is row j %
   // page_size of page page_table[b * page_table_stride + j / page_size]
@@ -150,7 +150,9 @@ struct ForwardParams {
   // [leftpad_k[b], seqused_k[b] + seqlen_new). seqused_k stays the count
   // before the call (the caller advances it). New keys past seqlen_k (the
   // capacity) are dropped, and entries or pages outside the cache are not
-  // written.
+  // written. With varlen q, k_new and v_new are packed like q, (1, total_q,
+  // heads_kv, head_dim): sequence b appends one key per query, its rows of
+  // them, and seqlen_new must be seqlen_q.
   Tensor4d k_new;
   Tensor4d v_new;
   int seqlen_new = 0;

@@ -13,8 +13,9 @@ With k and v the kernel itself appends them to the cache at cache_seqlens
 launch, and the custom op `flash3::fwd_kvcache_append` says it mutates the
 caches.
 
-Varlen q (cu_seqlens_q) reads the cache without appending to it.
-Not yet here (see docs/python.md): FP8 caches; appending with varlen q.
+Varlen q (cu_seqlens_q) appends one new key per query: k and v are packed
+like q (chunked prefill, speculative decoding).
+Not yet here (see docs/python.md): FP8 caches.
 """
 
 from typing import Optional
@@ -34,10 +35,6 @@ _OUT_DTYPES = {torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFL
 
 def _invalid(message):
     return _lib.Flash3InvalidArgument(_lib.Status.INVALID_ARGUMENT, message)
-
-
-def _unsupported(message):
-    return _lib.Flash3Unsupported(_lib.Status.UNSUPPORTED, message)
 
 
 def _tensor(t):
@@ -126,8 +123,9 @@ def _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_le
 
 def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens):
     """Append's tensors: k and v (batch, seqlen_new, heads_kv, head_dim) like
-    the cache's rows; rotary tables (seqlen_ro, rotary_dim / 2) of q's dtype.
-    The C library checks the rest (rotary_dim, table length, strides)."""
+    the cache's rows, or with varlen q (3-d) (total_q, heads_kv, head_dim),
+    one new key per query; rotary tables (seqlen_ro, rotary_dim / 2) of q's
+    dtype. The C library checks the rest (rotary_dim, table length, strides)."""
     if (k is None) != (v is None):
         raise _invalid(f"k and v: give both (to append to the cache) or neither; got "
                        f"{'k' if v is None else 'v'} only")
@@ -136,11 +134,14 @@ def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens):
             raise _invalid("rotary_cos, rotary_sin: rotary embedding applies to appended keys "
                            "(and q); pass k and v too")
         return
-    expected = (q.shape[0], k.shape[1] if k.dim() == 4 else -1, k_cache.shape[2], q.shape[3])
+    if q.dim() == 3:
+        layout, expected = "(total_q, heads_kv, head_dim)", (q.shape[0], k_cache.shape[2], q.shape[2])
+    else:
+        layout = "(batch, seqlen_new, heads_kv, head_dim)"
+        expected = (q.shape[0], k.shape[1] if k.dim() == 4 else -1, k_cache.shape[2], q.shape[3])
     for name, t in (("k", k), ("v", v)):
-        if t.dim() != 4 or tuple(t.shape) != expected:
-            raise _invalid(f"{name}: expected shape (batch, seqlen_new, heads_kv, head_dim) = "
-                           f"{expected}; got {tuple(t.shape)}")
+        if tuple(t.shape) != expected:
+            raise _invalid(f"{name}: expected shape {layout} = {expected}; got {tuple(t.shape)}")
         if t.dtype != q.dtype:
             raise _invalid(f"{name}: dtype must equal q's ({q.dtype}); got {t.dtype}")
         if t.device != q.device:
@@ -162,9 +163,10 @@ def _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens):
             raise _invalid(f"{name}: must be on q's device ({q.device}); got {t.device}")
 
 
-def _append_fields(append, causal, window_left, window_right):
+def _append_fields(append, causal, window_left, window_right, varlen_q=None):
     """The v8 fields of FwdLauncher's `cache` for append = (k, v, rotary_cos,
-    rotary_sin, rotary_interleaved), or None."""
+    rotary_sin, rotary_interleaved), or None. Varlen q: k and v are one
+    packed entry (its batch stride unused), seqlen_new is max_seqlen_q."""
     if append is None:
         return _NO_APPEND
     k, v, cos, sin, interleaved = append
@@ -172,8 +174,12 @@ def _append_fields(append, causal, window_left, window_right):
     # FA's rule: causal or windowed queries sit at the end of the keys, one
     # position each; otherwise all at cache_seqlens.
     per_row = causal or window_left >= 0 or window_right >= 0
-    return (k.data_ptr(), *k.stride(), v.data_ptr(), *v.stride(), _address(cos), _address(sin),
-            k.shape[1], *(rotary or (0, 0)), 1 if interleaved else 0, 1 if per_row else 0)
+    if varlen_q is None:
+        k_strides, v_strides, seqlen_new = k.stride(), v.stride(), k.shape[1]
+    else:
+        k_strides, v_strides, seqlen_new = (0, *k.stride()), (0, *v.stride()), varlen_q[1]
+    return (k.data_ptr(), *k_strides, v.data_ptr(), *v_strides, _address(cos), _address(sin),
+            seqlen_new, *(rotary or (0, 0)), 1 if interleaved else 0, 1 if per_row else 0)
 
 
 _NO_APPEND = (0,) * 17
@@ -217,12 +223,13 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
     """The eager implementation: check, allocate out (and lse unless
     want_lse is false), size and allocate the split workspace, launch.
     append: (k, v, rotary_cos, rotary_sin, rotary_interleaved) or None;
-    varlen_q: (cu_seqlens_q, max_seqlen_q) or None (not with append);
+    varlen_q: (cu_seqlens_q, max_seqlen_q) or None;
     pack_gqa: the C ABI's value (0 auto, 1 off, 2 on)."""
     global _launcher
     if append is not None:
         seqlen_k = _check_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
-                                  cache_leftpad, page_table, sinks, need_cuda=True)
+                                  cache_leftpad, page_table, sinks, need_cuda=True,
+                                  varlen_q=varlen_q)
         _check_append(q, k_cache, *append[:4], cache_seqlens)
         # The kernel reads rows with unit stride along head_dim, and whole tables.
         k, v, cos, sin, interleaved = append
@@ -252,8 +259,8 @@ def _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_left
     paged = page_table is not None
     cache = [_address(cache_batch_idx), _address(cache_leftpad), _address(page_table),
              page_table.stride(0) if paged else 0, k_cache.shape[1] if paged else 0,
-             k_cache.shape[0], num_splits, 0, 0, *_append_fields(append, causal, window_left,
-                                                                 window_right), pack_gqa]
+             k_cache.shape[0], num_splits, 0, 0,
+             *_append_fields(append, causal, window_left, window_right, varlen_q), pack_gqa]
     device = q.get_device()
     heads_q, head_dim = q.shape[-2:]
     key = (device, q.dtype, batch, seqlen_q, seqlen_k, heads_q, k_cache.shape[2], head_dim,
@@ -318,25 +325,27 @@ def _fwd_kvcache_append_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            cache_leftpad: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
                            softmax_scale: Optional[float], causal: bool, window_left: int,
                            window_right: int, softcap: float, sinks: Optional[torch.Tensor],
-                           num_splits: int, pack_gqa: int, alibi_slopes: Optional[torch.Tensor]
+                           num_splits: int, pack_gqa: int, alibi_slopes: Optional[torch.Tensor],
+                           cu_seqlens_q: Optional[torch.Tensor], max_seqlen_q: int
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """k, v appended to the caches (in place), then attention of q over them."""
     return _fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                         page_table, softmax_scale, causal, window_left, window_right, softcap,
                         sinks, num_splits, append=(k, v, rotary_cos, rotary_sin,
                                                    rotary_interleaved), pack_gqa=pack_gqa,
-                        alibi_slopes=alibi_slopes)
+                        alibi_slopes=alibi_slopes, varlen_q=_varlen_q(cu_seqlens_q, max_seqlen_q))
 
 
 @_fwd_kvcache_append_op.register_fake
 def _fwd_kvcache_append_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin,
                              rotary_interleaved, cache_seqlens, cache_batch_idx, cache_leftpad,
                              page_table, softmax_scale, causal, window_left, window_right,
-                             softcap, sinks, num_splits, pack_gqa, alibi_slopes):
+                             softcap, sinks, num_splits, pack_gqa, alibi_slopes, cu_seqlens_q,
+                             max_seqlen_q):
     outputs = _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx,
                                 cache_leftpad, page_table, softmax_scale, causal, window_left,
-                                window_right, softcap, sinks, num_splits,
-                                alibi_slopes=alibi_slopes)
+                                window_right, softcap, sinks, num_splits, cu_seqlens_q,
+                                max_seqlen_q, alibi_slopes=alibi_slopes)
     _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, cache_seqlens)
     return outputs
 
@@ -362,7 +371,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """Attention of q (batch, seqlen_q, heads_q, head_dim) over a KV cache,
     or with cu_seqlens_q ((batch + 1,) int32) of q (total_q, heads_q,
     head_dim) packed as for flash_attn_varlen_func (sequence b is rows
-    cu_seqlens_q[b]:cu_seqlens_q[b + 1], max_seqlen_q the longest; no k, v).
+    cu_seqlens_q[b]:cu_seqlens_q[b + 1], max_seqlen_q the longest).
 
     k_cache, v_cache: (batch_cache, seqlen_cache, heads_kv, head_dim), or with
     page_table (num_pages, page_size, heads_kv, head_dim) with page_size a
@@ -372,7 +381,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     the whole cache); cache_leftpad: (batch,) int32, the first key used;
     k, v (batch, seqlen_new, heads_kv, head_dim): new keys and values the
     kernel writes into the cache at cache_seqlens (which needs room for
-    them; the caller advances cache_seqlens afterwards) and attends to.
+    them; the caller advances cache_seqlens afterwards) and attends to;
+    with cu_seqlens_q, k, v (total_q, heads_kv, head_dim) packed like q:
+    sequence b appends one key per query, its rows of k and v.
     rotary_cos, rotary_sin (seqlen_ro >= the cache's capacity, rotary_dim / 2),
     q's dtype, rotary_dim a multiple of 16: rotary embedding of the new keys
     (key i at position cache_seqlens + i) and of q (query i at
@@ -406,12 +417,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             window_right, float(softcap), _sinks_as_fp32(sinks), num_splits)
     want_lse = return_softmax_lse if return_lse is None else return_lse
     appends = k is not None or v is not None or rotary_cos is not None or rotary_sin is not None
+    varlen_q = None
     if cu_seqlens_q is not None:
-        if appends:
-            raise _unsupported("k, v: appending to the cache takes fixed-length q; not supported "
-                               "with varlen q (cu_seqlens_q)")
         _check_max_seqlen_q(max_seqlen_q)  # the op's schema would refuse it unnamed
         varlen_q = (cu_seqlens_q, max_seqlen_q)
+    if varlen_q is not None and not appends:
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
                 t is None or type(t) is torch.Tensor
                 for t in args[3:7] + args[12:13] + varlen_q[:1] + (alibi_slopes,)):
@@ -424,14 +434,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         appended = (k, v, rotary_cos, rotary_sin, bool(rotary_interleaved))
         if _can_skip_dispatcher(q, k_cache, v_cache) and all(
                 t is None or type(t) is torch.Tensor
-                for t in args[3:7] + args[12:13] + appended[:4] + (alibi_slopes,)):
+                for t in args[3:7] + args[12:13] + appended[:4] + (alibi_slopes, cu_seqlens_q)):
             out, lse = _fwd_kvcache(*args, want_lse=want_lse, append=appended, pack_gqa=pack,
-                                    alibi_slopes=alibi_slopes)
+                                    alibi_slopes=alibi_slopes, varlen_q=varlen_q)
         elif k is None or v is None:
             _check_append(q, k_cache, k, v, rotary_cos, rotary_sin, args[3])  # raises
         else:
             out, lse = _fwd_kvcache_append_op(q, k_cache, v_cache, *appended, *args[3:], pack,
-                                              alibi_slopes)
+                                              alibi_slopes, cu_seqlens_q,
+                                              0 if varlen_q is None else max_seqlen_q)
         return (out, lse) if want_lse else out
     # The custom op costs ~15-20 us of host time; decode steps are short
     # enough that it would show. Skipped only where nothing could intercept it.

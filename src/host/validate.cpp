@@ -241,9 +241,13 @@ CheckResult check_append(const ForwardParams& p) {
   }
   if (p.seqlen_q == 0)
     return invalid("seqlen_q must be >= 1 when appending: the attention kernel writes the new keys");
-  if (p.cu_seqlens_q != nullptr)
-    return unsupported(cat("seqlen_new: appending (seqlen_new = ", p.seqlen_new, ") takes "
-                           "fixed-length q; not supported with varlen q (cu_seqlens_q)"));
+  if (varlen_kv(p))
+    return unsupported(cat("seqlen_new: appending (seqlen_new = ", p.seqlen_new, ") writes a KV "
+                           "cache of unpacked k and v; not supported with varlen k (cu_seqlens_k)"));
+  if (p.cu_seqlens_q != nullptr && p.seqlen_new != p.seqlen_q)
+    return invalid(cat("seqlen_new: with varlen q (cu_seqlens_q) k_new and v_new are packed like "
+                       "q, one new key per query, so seqlen_new must be seqlen_q (", p.seqlen_q,
+                       "); got ", p.seqlen_new));
   if (p.seqused_k == nullptr)
     return invalid(cat("seqused_k: appending (seqlen_new = ", p.seqlen_new, ") needs each batch "
                        "entry's cached key count, where its new keys go; got NULL"));

@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Append (KV cache): the consumers write the new keys into the cache, and
   // the producer's loading warps wait for them (kAppended) first. One
   // barrier phase per CTA: a KV-cache (banded) grid runs one tile per CTA,
-  // and every appending tile has rows (append takes fixed-length q, so
-  // seqlen_q sizes every batch entry's grid).
+  // whose consumers arrive whether or not it has rows (varlen q: seqlen_q,
+  // the longest sequence, sizes every sequence's grid).
   static_assert(!(Traits::kKvCache && (kPersistent || Traits::kVarlen)));
   bool const appends = Traits::kKvCache && params.seqlen_new > 0;
 
@@ -125,7 +125,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     int q_loads = 0;
     for (int t = scheduler.first(); !scheduler.done(t); t = scheduler.next(t)) {
       auto const [tile, n_block_begin, n_block_end] = work(t);
-      if (!has_rows(tile)) continue;
+      if (!has_rows(tile)) {
+        if (appends) Mainloop::appended();
+        continue;
+      }
       typename Traits::TiledMmaO mma_o;
       Tensor acc_o = partition_fragment_C(mma_o, typename Traits::TileShapeO{});
       clear(acc_o);

@@ -123,6 +123,8 @@ struct FwdKernelParams {
   // rotary (rotary.cos set) the new keys' and q's first rotary.dim values
   // rotate: new key i at position cached + i, query row i at cached + i when
   // rotary_q_per_row (causal or windowed, FA's rule), else all at cached.
+  // Varlen q: k_new / v_new are packed like q (one entry of total_q rows),
+  // sequence b's new keys its query rows, and seqlen_new is seqlen_q.
   int seqlen_new;
   StridedRows<typename Traits::Element const> k_new;
   StridedRows<typename Traits::Element const> v_new;

@@ -91,13 +91,16 @@ struct FwdMainloop {
       // Device arrays the host cannot check: clamped into the cache, so
       // inconsistent ones give a wrong answer, never an access outside it
       // (a batch index outside the cache reads TMA's zeros).
-      int const cached = p.seqused_k != nullptr ? min(max(p.seqused_k[batch], 0), p.seqlen_k) : p.seqlen_k;
-      int const used = min(cached + p.seqlen_new, p.seqlen_k);
-      int const leftpad = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), used) : 0;
-      int const kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[batch] : batch;
       PackedSequence const q = packed_q(p)
                                    ? packed_sequence(p.cu_seqlens_q, p.seqused_q, batch, p.total_q, p.seqlen_q)
                                    : PackedSequence{0, p.seqlen_q};
+      // Varlen q appends one key per query (k_new packed like q; seqlen_new
+      // is then seqlen_q, the longest).
+      int const new_keys = packed_q(p) ? min(q.length, p.seqlen_new) : p.seqlen_new;
+      int const cached = p.seqused_k != nullptr ? min(max(p.seqused_k[batch], 0), p.seqlen_k) : p.seqlen_k;
+      int const used = min(cached + new_keys, p.seqlen_k);
+      int const leftpad = p.leftpad_k != nullptr ? min(max(p.leftpad_k[batch], 0), used) : 0;
+      int const kv_batch = p.kv_batch_idx != nullptr ? p.kv_batch_idx[batch] : batch;
       return {m_block, head * p.pack, batch, q.offset, leftpad, q.length, used - leftpad, kv_batch, split,
               cached};
     } else {
@@ -315,18 +318,26 @@ struct FwdMainloop {
         row = key % p.page_size;
       }
       if (entry < 0 || entry >= p.cache_batch) continue;
-      int const i = key - tile.cached_k;
-      Element const* const k_row = p.k_new.row(tile.batch, i, kv_head);
+      // (Varlen q: new key i of the sequence is packed row offset_q + i.)
+      int const entry_new = packed_q(p) ? 0 : tile.batch;
+      int const i = key - tile.cached_k + (packed_q(p) ? tile.offset_q : 0);
+      Element const* const k_row = p.k_new.row(entry_new, i, kv_head);
       uint4 k = load_chunk(k_row + col);
       if (p.rotary.rotates(col))
         k = p.rotary.rotate(k, p.rotary.interleaved ? k : load_chunk(k_row + p.rotary.partner(col)), col, key);
       *reinterpret_cast<uint4*>(p.k_cache.row(entry, row, kv_head) + col) = k;
       *reinterpret_cast<uint4*>(p.v_cache.row(entry, row, kv_head) + col) =
-          load_chunk(p.v_new.row(tile.batch, i, kv_head) + col);
+          load_chunk(p.v_new.row(entry_new, i, kv_head) + col);
     }
     // The producer's TMA (the async proxy) reads what these generic stores
     // wrote; CUTLASS has this fence for shared memory only.
     asm volatile("fence.proxy.async.global;" ::: "memory");
+    appended();
+  }
+
+  // Releases the producer's wait on the appended keys (append_kv's end, and
+  // a tile without rows, which appends nothing: varlen q's surplus blocks).
+  CUTE_DEVICE static void appended() {
     cutlass::arch::NamedBarrier::arrive(kAppendedThreads, uint32_t(FwdNamedBarrier::kAppended));
   }
 

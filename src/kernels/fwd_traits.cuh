@@ -90,7 +90,7 @@ struct FwdTraits {
   static constexpr bool kKvCache = kKvCache_;
   static_assert(kBanded || !kVarlen, "varlen kernels take the mask as a band");
   static_assert(kBanded || !kKvCache, "KV-cache kernels take the mask as a band");
-  static_assert(!(kVarlen && kKvCache), "a KV cache is read with fixed-length queries");
+  static_assert(!(kVarlen && kKvCache), "a KV cache is read from unpacked k and v (varlen q is a run-time switch)");
   static constexpr bool kFp8 = sizeof(Element) == 1;
   using OutElement = std::conditional_t<kFp8, cutlass::bfloat16_t, Element>;
   static_assert(!(kFp8 && kVarlen), "FP8 kernels take fixed-length batches");

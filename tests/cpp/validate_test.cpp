@@ -453,12 +453,24 @@ TEST(Validate, AppendAndRotaryRules) {
   expect_error(bad, Status::kInvalidArgument,
                "seqused_k: appending (seqlen_new = 3) needs each batch entry's cached key count, "
                "where its new keys go; got NULL");
-  bad = p;
-  bad.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600000});
-  bad.total_q = 10;
+  // Varlen q: k_new and v_new packed like q, one new key per query.
+  ForwardParams varlen_q = p;
+  varlen_q.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x600000});
+  varlen_q.total_q = 10;
+  varlen_q.num_splits = 1;
+  varlen_q.seqlen_new = varlen_q.seqlen_q;
+  expect_ok(varlen_q);
+  bad = varlen_q;
+  bad.seqlen_new = 3;
+  expect_error(bad, Status::kInvalidArgument,
+               "seqlen_new: with varlen q (cu_seqlens_q) k_new and v_new are packed like q, one "
+               "new key per query, so seqlen_new must be seqlen_q (113); got 3");
+  bad = varlen_q;
+  bad.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x700000});
+  bad.total_k = 10;
   expect_error(bad, Status::kUnsupported,
-               "seqlen_new: appending (seqlen_new = 3) takes fixed-length q; not supported with "
-               "varlen q (cu_seqlens_q)");
+               "seqlen_new: appending (seqlen_new = 113) writes a KV cache of unpacked k and v; "
+               "not supported with varlen k (cu_seqlens_k)");
   bad = p;
   bad.k_new.data = nullptr;
   expect_error(bad, Status::kInvalidArgument, "k_new: expected a non-null data pointer; got NULL");

@@ -60,17 +60,18 @@ def cache_rows(b, keys, batch_idx, page_table, page_size):
 
 def expected_cache(k_cache, v_cache, k, v, seqlens, cos, sin, interleaved, batch_idx, page_table):
     """The caches after the append, computed in torch: new key i of entry b
-    at seqlens[b] + i, dropped past the capacity."""
+    (k[b], v[b]: (n_b, heads_kv, d), one per entry) at seqlens[b] + i,
+    dropped past the capacity."""
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     page_size = k_cache.shape[1]
     capacity = page_size * (1 if page_table is None else page_table.shape[1])
-    for b in range(k.shape[0]):
-        keys = int(seqlens[b]) + torch.arange(k.shape[1], device="cuda")
+    for b, (k_b, v_b) in enumerate(zip(k, v)):
+        keys = int(seqlens[b]) + torch.arange(k_b.shape[0], device="cuda")
         kept = keys < capacity
         keys = keys[kept]
         entry, row = cache_rows(b, keys, batch_idx, page_table, page_size)
-        k_ref[entry, row] = rotate(k[b][kept], cos, sin, keys, interleaved)
-        v_ref[entry, row] = v[b][kept]
+        k_ref[entry, row] = rotate(k_b[kept], cos, sin, keys, interleaved)
+        v_ref[entry, row] = v_b[kept]
     return k_ref, v_ref
 
 
@@ -86,7 +87,9 @@ def assert_cache(name, got, ref, dtype):
 
 def run_append(seed, dtype, head_dim, heads_q, heads_kv, seqlen_q, seqlen_new, cached, capacity,
                causal=False, window_size=(-1, -1), rotary=(0, True), num_splits=0,
-               page_size=None, leftpad=None, batch_idx=None):
+               page_size=None, leftpad=None, batch_idx=None, q_lengths=None):
+    """q_lengths: varlen q (seqlen_q, seqlen_new unused), sequence b's queries
+    and new keys, k and v packed like q."""
     batch = len(cached)
     rotary_frac, interleaved = rotary
     if page_size is None:
@@ -100,20 +103,33 @@ def run_append(seed, dtype, head_dim, heads_q, heads_kv, seqlen_q, seqlen_new, c
         page_table = torch.randperm(num_pages, device="cuda")[:batch * pages_per_entry].view(
             batch, pages_per_entry).to(torch.int32)
     v_cache = torch.randn_like(k_cache)
-    q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device="cuda")
-    k = torch.randn(batch, seqlen_new, heads_kv, head_dim, dtype=dtype, device="cuda")
+    varlen = None
+    if q_lengths is None:
+        q = torch.randn(batch, seqlen_q, heads_q, head_dim, dtype=dtype, device="cuda")
+        k = torch.randn(batch, seqlen_new, heads_kv, head_dim, dtype=dtype, device="cuda")
+        entries = list(range(batch))  # indexes of q, k and v giving (n_b, heads, d)
+        new_keys = torch.full((batch,), seqlen_new, dtype=torch.int32, device="cuda")
+    else:
+        cu = [0, *torch.tensor(q_lengths).cumsum(0).tolist()]
+        varlen = dict(cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device="cuda"),
+                      max_seqlen_q=max(q_lengths))
+        q = torch.randn(cu[-1], heads_q, head_dim, dtype=dtype, device="cuda")
+        k = torch.randn(cu[-1], heads_kv, head_dim, dtype=dtype, device="cuda")
+        entries = [slice(cu[b], cu[b + 1]) for b in range(batch)]
+        new_keys = torch.tensor(q_lengths, dtype=torch.int32, device="cuda")
     v = torch.randn_like(k)
     seqlens = torch.tensor(cached, dtype=torch.int32, device="cuda")
     cos = sin = None
     if rotary_frac:
         cos, sin = rotary_tables(capacity, int(head_dim * rotary_frac), dtype)
-    k_ref, v_ref = expected_cache(k_cache, v_cache, k, v, seqlens, cos, sin, interleaved,
+    k_ref, v_ref = expected_cache(k_cache, v_cache, [k[e] for e in entries],
+                                  [v[e] for e in entries], seqlens, cos, sin, interleaved,
                                   batch_idx, page_table)
     out, lse = flash3.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, rotary_cos=cos, rotary_sin=sin, cache_seqlens=seqlens,
         cache_leftpad=leftpad, cache_batch_idx=batch_idx, page_table=page_table, causal=causal,
         window_size=window_size, rotary_interleaved=interleaved, num_splits=num_splits,
-        return_lse=True)
+        return_lse=True, **(varlen or {}))
     assert_cache("k_cache", k_cache, k_ref, dtype)
     assert torch.equal(v_cache, v_ref), "v_cache: the appended values are copied exactly"
     # q as the kernel feeds it: rotated, rounded to dtype.
@@ -121,13 +137,16 @@ def run_append(seed, dtype, head_dim, heads_q, heads_kv, seqlen_q, seqlen_new, c
         per_row = causal or window_size != (-1, -1)
         q_rot = torch.empty_like(q)
         for b in range(batch):
-            positions = int(seqlens[b]) + (torch.arange(seqlen_q, device="cuda") if per_row
-                                           else torch.zeros(seqlen_q, dtype=torch.long, device="cuda"))
-            q_rot[b] = rotate(q[b], cos, sin, positions.clamp(max=capacity - 1), interleaved)
+            n = q[entries[b]].shape[0]
+            positions = int(seqlens[b]) + (torch.arange(n, device="cuda") if per_row
+                                           else torch.zeros(n, dtype=torch.long, device="cuda"))
+            q_rot[entries[b]] = rotate(q[entries[b]], cos, sin, positions.clamp(max=capacity - 1),
+                                       interleaved)
         q = q_rot
-    used = (seqlens + seqlen_new).clamp(max=capacity)
+    used = (seqlens + new_keys).clamp(max=capacity)
     check(q, k_ref, v_ref, used, out, lse, seed, leftpad=leftpad, batch_idx=batch_idx,
-          page_table=page_table, causal=causal, window_size=window_size)
+          page_table=page_table, causal=causal, window_size=window_size,
+          cu_seqlens_q=None if varlen is None else varlen["cu_seqlens_q"])
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
@@ -180,6 +199,21 @@ def test_append_long_chunk(seed):
     require_built("bf16", 128)
     run_append(seed, torch.bfloat16, 128, 8, 2, 300, 300, cached=[0, 1000], capacity=2048,
                causal=True, rotary=(1, False))
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("rotary", ROTARY[:3], ids=str)
+@pytest.mark.parametrize("num_splits", SPLITS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_append_varlen_q(seed, paged, rotary, num_splits, causal):
+    # Chunked prefill and speculative decoding in one batch: sequences of 1,
+    # 0, 7, 130 and 3 queries each bring as many new keys (k, v packed like
+    # q) onto caches of 0, 5, 129, 600 and 1022 keys; the last one's append
+    # runs past the capacity (1024), and the empty sequence appends nothing.
+    require_built("bf16", 128)
+    run_append(seed, torch.bfloat16, 128, 16, 4, None, None, cached=[0, 5, 129, 600, 1022],
+               capacity=1024, causal=causal, rotary=rotary, num_splits=num_splits,
+               page_size=16 if paged else None, q_lengths=[1, 0, 7, 130, 3])
 
 
 def test_append_decode_step_in_cuda_graph(seed):

@@ -28,7 +28,7 @@ def test_op_schemas():
         "Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
         "Tensor? page_table, float? softmax_scale, bool causal, SymInt window_left, "
         "SymInt window_right, float softcap, Tensor? sinks, SymInt num_splits, SymInt pack_gqa, "
-        "Tensor? alibi_slopes) -> (Tensor, Tensor)")
+        "Tensor? alibi_slopes, Tensor? cu_seqlens_q, SymInt max_seqlen_q) -> (Tensor, Tensor)")
     assert str(torch.ops.flash3.combine.default._schema) == (
         "flash3::combine(Tensor out_partial, Tensor lse_partial, ScalarType out_dtype) "
         "-> (Tensor, Tensor)")
@@ -89,11 +89,20 @@ def test_varlen_q_checks_name_the_argument():
                        "int32 tensor of shape \\(2,\\)"):
         flash3.flash_attn_with_kvcache(q, cache, cache, cu_seqlens_q=cu, max_seqlen_q=4,
                                        cache_seqlens=meta(5, dtype=torch.int32))
-    with pytest.raises(flash3.Flash3Unsupported, match="k, v: appending to the cache takes "
-                       "fixed-length q"):
+    # Append: k and v packed like q, one new key per query.
+    seqlens = meta(2, dtype=torch.int32)
+    new = meta(5, 2, 64)
+    out = flash3.flash_attn_with_kvcache(q, cache, cache.clone(), k=new, v=new,
+                                         cache_seqlens=seqlens, cu_seqlens_q=cu, max_seqlen_q=4)
+    assert out.shape == q.shape
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"k: expected shape \(total_q, heads_kv, "
+                       r"head_dim\) = \(5, 2, 64\); got \(2, 1, 2, 64\)"):
         flash3.flash_attn_with_kvcache(q, cache, cache, k=meta(2, 1, 2, 64), v=meta(2, 1, 2, 64),
-                                       cache_seqlens=meta(2, dtype=torch.int32), cu_seqlens_q=cu,
-                                       max_seqlen_q=4)
+                                       cache_seqlens=seqlens, cu_seqlens_q=cu, max_seqlen_q=4)
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"v: expected shape \(total_q, heads_kv, "
+                       r"head_dim\) = \(5, 2, 64\); got \(5, 4, 64\)"):
+        flash3.flash_attn_with_kvcache(q, cache, cache, k=new, v=meta(5, 4, 64),
+                                       cache_seqlens=seqlens, cu_seqlens_q=cu, max_seqlen_q=4)
 
 
 def test_append_checks_name_the_argument():
@@ -154,6 +163,19 @@ def test_compile_fullgraph_append():
     table = meta(512, 64)
     out = decode(q, cache, cache.clone(), new, new, table, table, meta(2, dtype=torch.int32))
     assert out.shape == q.shape
+
+
+def test_compile_fullgraph_append_varlen_q():
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def prefill(q, k_cache, v_cache, k, v, seqlens, cu):
+        return kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=seqlens,
+                                               cu_seqlens_q=cu, max_seqlen_q=5, causal=True,
+                                               return_lse=True)
+
+    q, cache, new = meta(9, 8, 128), meta(2, 512, 2, 128), meta(9, 2, 128)
+    out, lse = prefill(q, cache, cache.clone(), new, new, meta(2, dtype=torch.int32),
+                       meta(3, dtype=torch.int32))
+    assert out.shape == q.shape and lse.shape == (8, 9)
 
 
 def test_compile_fullgraph_varlen_q():
