@@ -123,12 +123,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0,
                             pack_gqa=None, sm_margin=0, return_softmax_lse=False):
     """FA3's KV-cache call on flash3.kvcache (which documents what is not
-    there yet: varlen q, FP8 caches). scheduler_metadata and sm_margin are
-    ignored hints."""
+    there yet: FP8 caches). With varlen q, flash3 appends one new key per
+    query (k and v packed like q), so cu_seqlens_k_new may only be
+    cu_seqlens_q itself. scheduler_metadata and sm_margin are ignored hints."""
     _refuse_unimplemented(qv, q_descale, k_descale, v_descale, attention_chunk)
-    for name, value in (("cu_seqlens_k_new", cu_seqlens_k_new), ("rotary_seqlens", rotary_seqlens)):
-        if value is not None:
-            raise _unsupported(f"flash_attn_with_kvcache: {name}")
+    if cu_seqlens_k_new is not None and cu_seqlens_k_new is not cu_seqlens_q:
+        raise _unsupported("flash_attn_with_kvcache: cu_seqlens_k_new other than cu_seqlens_q "
+                           "(new keys packed apart from q)")
+    if rotary_seqlens is not None:
+        raise _unsupported("flash_attn_with_kvcache: rotary_seqlens")
     del scheduler_metadata, sm_margin
     return _kvcache.flash_attn_with_kvcache(
         q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,

@@ -62,11 +62,23 @@ def test_unimplemented_functions_say_so():
     with pytest.raises(flash3.Flash3Unsupported, match="get_scheduler_metadata"):
         fai.get_scheduler_metadata(1, 1, 1)
     q = torch.empty(1, 1, 2, 64, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(flash3.Flash3Unsupported, match="cu_seqlens_k_new"):
+    with pytest.raises(flash3.Flash3Unsupported, match="cu_seqlens_k_new other than cu_seqlens_q"):
         fai.flash_attn_with_kvcache(q[0], q, q, cu_seqlens_q=torch.empty(2, dtype=torch.int32),
                                     cu_seqlens_k_new=torch.empty(2, dtype=torch.int32))
     with pytest.raises(flash3.Flash3Unsupported, match="rotary_seqlens"):
         fai.flash_attn_with_kvcache(q, q, q, k=q, v=q, rotary_seqlens=q)
+
+
+def test_kvcache_append_with_varlen_q_is_forwarded():
+    # cu_seqlens_k_new = cu_seqlens_q: the new keys are packed like q.
+    q = torch.empty(5, 2, 64, dtype=torch.bfloat16, device="meta")
+    cache = torch.empty(2, 100, 1, 64, dtype=torch.bfloat16, device="meta")
+    new = torch.empty(5, 1, 64, dtype=torch.bfloat16, device="meta")
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    out = fai.flash_attn_with_kvcache(q, cache, cache.clone(), k=new, v=new,
+                                      cache_seqlens=torch.empty(2, dtype=torch.int32, device="meta"),
+                                      cu_seqlens_q=cu, cu_seqlens_k_new=cu, max_seqlen_q=4)
+    assert out.shape == q.shape
 
 
 def test_kvcache_append_is_forwarded():
