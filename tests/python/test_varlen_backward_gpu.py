@@ -240,5 +240,5 @@ def test_bad_varlen_backward_inputs_name_the_argument():
     op = torch.ops.flash3.bwd_varlen.default
     with pytest.raises(flash3.Flash3InvalidArgument, match=r"lse: expected the forward's LSE"):
         op(out, q, k, v, out, lse.t(), cu_q, cu_k, 799, 801, None, False, False)
-    with pytest.raises(flash3.Flash3InvalidArgument, match=r"dout: shape must equal q's"):
+    with pytest.raises(flash3.Flash3InvalidArgument, match=r"dout: shape must be q's with v's head dim"):
         op(out[1:], q, k, v, out, lse, cu_q, cu_k, 799, 801, None, False, False)
