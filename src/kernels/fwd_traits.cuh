@@ -137,6 +137,8 @@ struct FwdTraits {
   static_assert(kHeadDim * sizeof(Element) % 64 == 0 && kHeadDimV * sizeof(Element) % 64 == 0);
   using SmemAtom = KMajorSmemAtom<Element, kHeadDim>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // K's stages. V has its own, the same layout unless kHeadDimV differs (so
+  // the KV-cache kernel's page boxes, cut from this one, serve both).
   using SmemLayoutKV =
       decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutV = decltype(tile_to_shape(KMajorSmemAtom<Element, kHeadDimV>{},

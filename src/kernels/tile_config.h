@@ -28,8 +28,7 @@ struct FwdTileConfig {
 //   tiles leave room for a third K/V stage up to d = 128.
 constexpr FwdTileConfig fwd_tile_config(int head_dim, bool fp8 = false, int head_dim_v = 0) {
   if (fp8) return head_dim <= 128 ? FwdTileConfig{128, 128, 3} : FwdTileConfig{128, 128, 2};
-  if (head_dim_v > 0 && head_dim_v < head_dim && head_dim <= 192 && head_dim_v <= 128)
-    return FwdTileConfig{128, 128, 2};
+  if (head_dim == 192 && head_dim_v == 128) return FwdTileConfig{128, 128, 2};
   return head_dim <= 64    ? FwdTileConfig{128, 128, 3}
          : head_dim <= 128 ? FwdTileConfig{128, 128, 2}
          : head_dim <= 192 ? FwdTileConfig{128, 112, 2}
